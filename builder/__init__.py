@@ -1,0 +1,1 @@
+"""The PyTorch side: layers, (later) families, training and ONNX export."""

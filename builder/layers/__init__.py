@@ -1,0 +1,49 @@
+"""The Transformer's parts, one concept per module. Shape legend: B batch, T query length, S key/source
+length, P past length, D model width, H heads, Dh head width, F ffn width, V vocab."""
+
+from onnxformer.builder.layers.attention import (
+    AttentionOutput,
+    MultiHeadAttention,
+    ScaledDotProductAttention,
+    scaled_dot_product_attention,
+)
+from onnxformer.builder.layers.blocks import (
+    DecoderBlock,
+    DecoderBlockOutput,
+    EncoderBlock,
+    EncoderBlockOutput,
+)
+from onnxformer.builder.layers.feedforward import ACTIVATIONS, Activation, FeedForward
+from onnxformer.builder.layers.masks import causal_mask, padding_mask
+from onnxformer.builder.layers.positions import (
+    LearnedPositionalEmbedding,
+    RelativePositionBias,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+    default_positions,
+)
+from onnxformer.builder.layers.residual import NORM_POSITIONS, NormPosition, ResidualNorm
+
+__all__ = [
+    "ACTIVATIONS",
+    "NORM_POSITIONS",
+    "Activation",
+    "AttentionOutput",
+    "DecoderBlock",
+    "DecoderBlockOutput",
+    "EncoderBlock",
+    "EncoderBlockOutput",
+    "FeedForward",
+    "LearnedPositionalEmbedding",
+    "MultiHeadAttention",
+    "NormPosition",
+    "RelativePositionBias",
+    "ResidualNorm",
+    "RotaryEmbedding",
+    "ScaledDotProductAttention",
+    "SinusoidalPositionalEncoding",
+    "causal_mask",
+    "default_positions",
+    "padding_mask",
+    "scaled_dot_product_attention",
+]

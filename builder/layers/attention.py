@@ -1,0 +1,195 @@
+"""Scaled dot-product attention and multi-head attention (Vaswani et al., 2017, section 3.2).
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k) + bias) V
+
+The 1/sqrt(d_k) factor keeps the logits' variance near 1 whatever the head width: without it, dot products
+of d_k-wide vectors grow like sqrt(d_k) and push softmax into regions with vanishing gradients (3.2.1).
+
+Masked logits are filled with the dtype's most negative finite value rather than -inf, and the weights are
+zeroed on masked keys after the softmax. So a row whose keys are all masked (a batch row made only of
+padding) gives zero weights and a zero output instead of NaN, in PyTorch and in ONNX Runtime alike.
+"""
+
+import math
+from typing import NamedTuple
+
+import torch
+from onnxformer.builder.layers.checks import check_dropout, check_heads, check_same, check_tensor
+from onnxformer.builder.layers.masks import causal_mask, combine, padding_mask
+from onnxformer.builder.layers.positions import RotaryEmbedding, default_positions
+from onnxformer.runtime.errors import InputError
+from torch import nn
+
+
+class AttentionOutput(NamedTuple):
+    output: torch.Tensor  # (B, T, D) for multi-head attention, (B, H, T, Dh) for the bare product
+    present_key: torch.Tensor | None  # (B, H, P + T, Dh) self-attention / (B, H, S, Dh) cross-attention
+    present_value: torch.Tensor | None  # same shape as present_key
+    weights: torch.Tensor | None  # (B, H, T, S) when need_weights, else None
+
+
+def scaled_dot_product_attention(
+    query: torch.Tensor,  # (B, H, T, Dh)
+    key: torch.Tensor,  # (B, H, S, Dh)
+    value: torch.Tensor,  # (B, H, S, Dh)
+    *,
+    mask: torch.Tensor | None = None,  # bool, broadcastable to (B, H, T, S), True = may attend
+    bias: torch.Tensor | None = None,  # float, broadcastable to (B, H, T, S), added to the logits
+    dropout: nn.Module | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return (output (B, H, T, Dh), weights (B, H, T, S)); weights rows sum to 1 over unmasked keys."""
+    scale = 1.0 / math.sqrt(query.shape[-1])
+    logits = torch.matmul(query, key.transpose(-2, -1)) * scale  # (B, H, T, S)
+    if bias is not None:
+        logits = logits + bias  # (B, H, T, S)
+    if mask is not None:
+        logits = logits.masked_fill(~mask, torch.finfo(logits.dtype).min)
+    weights = torch.softmax(logits, dim=-1)  # (B, H, T, S)
+    if mask is not None:
+        weights = weights.masked_fill(~mask, 0.0)
+    if dropout is not None:
+        weights = dropout(weights)
+    return torch.matmul(weights, value), weights  # (B, H, T, Dh), (B, H, T, S)
+
+
+class ScaledDotProductAttention(nn.Module):
+    """The bare attention product over already split heads, with padding and causal masks."""
+
+    def __init__(self, *, dropout: float = 0.0) -> None:
+        super().__init__()
+        check_dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        query: torch.Tensor,  # (B, H, T, Dh)
+        key: torch.Tensor,  # (B, H, S, Dh)
+        value: torch.Tensor,  # (B, H, S, Dh)
+        *,
+        attention_mask: torch.Tensor | None = None,  # (B, S) 1 = real key, 0 = padding
+        causal: bool = False,
+        bias: torch.Tensor | None = None,  # broadcastable to (B, H, T, S)
+        need_weights: bool = False,
+    ) -> AttentionOutput:
+        check_tensor(query, "query", dims=("B", "H", "T", "Dh"))
+        check_tensor(key, "key", dims=("B", "H", "S", "Dh"), sizes={3: query.shape[3]})
+        check_tensor(value, "value", dims=("B", "H", "S", "Dh"), sizes={2: key.shape[2]})
+        mask = _build_mask(attention_mask, causal, query.shape[2], key.shape[2], query.device)
+        output, weights = scaled_dot_product_attention(
+            query, key, value, mask=mask, bias=bias, dropout=self.dropout
+        )
+        return AttentionOutput(output, None, None, weights if need_weights else None)
+
+
+class MultiHeadAttention(nn.Module):
+    """H attention heads in parallel on learned projections, concatenated and projected back (3.2.2).
+
+    Self-attention when `memory` is None, cross-attention otherwise (queries from `x`, keys and values from
+    `memory`, which may have another length). For cached decoding the keys and values of earlier steps come
+    in as `past_key`/`past_value` and the concatenation goes out as `present_key`/`present_value`; nothing
+    is stored on the module. With `rotary=True` queries and keys are rotated by their absolute positions
+    (RoPE), and the cache holds keys already rotated.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        *,
+        dropout: float = 0.0,
+        bias: bool = True,
+        rotary: bool = False,
+        rotary_base: float = 10000.0,
+    ) -> None:
+        super().__init__()
+        self.head_dim = check_heads(d_model, n_heads)
+        check_dropout(dropout)
+        self.d_model = d_model
+        self.n_heads = n_heads
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+        self.rotary = RotaryEmbedding(self.head_dim, base=rotary_base) if rotary else None
+
+    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, _ = x.shape
+        return x.view(batch, length, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, L, Dh)
+
+    def forward(
+        self,
+        x: torch.Tensor,  # (B, T, D)
+        *,
+        memory: torch.Tensor | None = None,  # (B, S, D) for cross-attention
+        attention_mask: torch.Tensor | None = None,  # (B, S): keys; self-attention S = P + T
+        causal: bool = False,
+        past_key: torch.Tensor | None = None,  # (B, H, P, Dh)
+        past_value: torch.Tensor | None = None,  # (B, H, P, Dh)
+        position_bias: torch.Tensor | None = None,  # broadcastable to (B, H, T, S)
+        positions: torch.Tensor | None = None,  # (B, T) absolute query positions, for rotary
+        need_weights: bool = False,
+    ) -> AttentionOutput:
+        check_tensor(x, "x", dims=("B", "T", "D"), sizes={2: self.d_model})
+        if (past_key is None) != (past_value is None):
+            raise InputError("past_key and past_value must be given together (or neither)")
+        cross = memory is not None
+        if cross:
+            check_tensor(memory, "memory", dims=("B", "S", "D"), sizes={2: self.d_model})
+            check_same(memory.shape[0], x.shape[0], "memory batch must equal x batch")
+            if causal or past_key is not None:
+                raise InputError(
+                    "cross-attention takes neither causal=True nor past_key/past_value: the memory is "
+                    "seen whole; cache its projections with project_memory() instead"
+                )
+        query = self._split_heads(self.q_proj(x))  # (B, H, T, Dh)
+        source = memory if cross else x
+        key = self._split_heads(self.k_proj(source))  # (B, H, T or S, Dh)
+        value = self._split_heads(self.v_proj(source))  # (B, H, T or S, Dh)
+        past_length = 0 if past_key is None else past_key.shape[2]
+        if self.rotary is not None and not cross:
+            if positions is None:
+                positions = default_positions(
+                    x.shape[0], x.shape[1], past_length=past_length, device=x.device
+                )  # (B, T)
+            check_tensor(positions, "positions", dims=("B", "T"))
+            query = self.rotary(query, positions)  # (B, H, T, Dh)
+            key = self.rotary(key, positions)  # (B, H, T, Dh)
+        if past_key is not None:
+            shape = (x.shape[0], self.n_heads, past_length, self.head_dim)
+            check_tensor(past_key, "past_key", dims=("B", "H", "P", "Dh"), sizes=dict(enumerate(shape)))
+            check_tensor(past_value, "past_value", dims=("B", "H", "P", "Dh"), sizes=dict(enumerate(shape)))
+            key = torch.cat([past_key, key], dim=2)  # (B, H, P + T, Dh)
+            value = torch.cat([past_value, value], dim=2)  # (B, H, P + T, Dh)
+        mask = _build_mask(attention_mask, causal, x.shape[1], key.shape[2], x.device)
+        heads, weights = scaled_dot_product_attention(
+            query, key, value, mask=mask, bias=position_bias, dropout=self.dropout
+        )  # (B, H, T, Dh), (B, H, T, S)
+        batch, length = x.shape[0], x.shape[1]
+        concat = heads.transpose(1, 2).reshape(batch, length, self.d_model)  # (B, T, D)
+        return AttentionOutput(self.out_proj(concat), key, value, weights if need_weights else None)
+
+    def project_memory(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """memory (B, S, D) -> the cross-attention keys and values (B, H, S, Dh), computed once per input."""
+        check_tensor(memory, "memory", dims=("B", "S", "D"), sizes={2: self.d_model})
+        return self._split_heads(self.k_proj(memory)), self._split_heads(self.v_proj(memory))
+
+
+def _build_mask(
+    attention_mask: torch.Tensor | None,
+    causal: bool,
+    query_length: int,
+    key_length: int,
+    device: torch.device,
+) -> torch.Tensor | None:
+    if attention_mask is not None:
+        check_tensor(attention_mask, "attention_mask", dims=("B", "S"))
+        check_same(
+            attention_mask.shape[1],
+            key_length,
+            "attention_mask length must equal the number of keys (past + new for self-attention)",
+        )
+    return combine(
+        padding_mask(attention_mask) if attention_mask is not None else None,
+        causal_mask(query_length, key_length, device=device) if causal else None,
+    )

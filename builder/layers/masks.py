@@ -1,0 +1,33 @@
+"""Attention masks as boolean tensors broadcastable to the logits (B, H, T, S); True means "may attend".
+
+Padding masks follow the Hugging Face convention for inputs: `attention_mask` (B, S) holds 1 for a real
+token and 0 for padding. The causal mask is built from positions, not from a fixed triangle, so the same
+code serves a first step (P = 0) and cached steps (P > 0) with dynamic sizes in the exported graph.
+"""
+
+import torch
+
+
+def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """attention_mask (B, S) of 0/1 -> (B, 1, 1, S) bool, True on real tokens."""
+    return (attention_mask != 0)[:, None, None, :]  # (B, 1, 1, S)
+
+
+def causal_mask(query_length: int, key_length: int, *, device: torch.device) -> torch.Tensor:
+    """(1, 1, T, S) bool: query i (at absolute position S - T + i) sees keys 0 .. S - T + i.
+
+    With a cache the queries are the last T of the S positions, so the past P = S - T keys are all visible.
+    """
+    past = key_length - query_length
+    query_pos = torch.arange(query_length, device=device) + past  # (T,)
+    key_pos = torch.arange(key_length, device=device)  # (S,)
+    return (key_pos[None, :] <= query_pos[:, None])[None, None]  # (1, 1, T, S)
+
+
+def combine(*masks: torch.Tensor | None) -> torch.Tensor | None:
+    """Logical AND of the masks that are given (None means no restriction)."""
+    result = None
+    for mask in masks:
+        if mask is not None:
+            result = mask if result is None else result & mask
+    return result

@@ -1,0 +1,147 @@
+"""Positional encodings: where a token is, since attention alone is blind to order.
+
+- `SinusoidalPositionalEncoding` (Vaswani et al., 2017, 3.5): fixed sines and cosines of geometric
+  wavelengths, computed on the fly, so any length works (quality past the trained lengths is another
+  matter: the model never saw those positions).
+- `LearnedPositionalEmbedding` (GPT, BERT): a trained table of `max_len` rows. It cannot represent a
+  position past its table, so it refuses one with a clear error instead of indexing out of range.
+- `RelativePositionBias` (T5, Raffel et al., 2020, 2.1): a learned scalar per head and bucket of the
+  distance key - query, added to the attention logits. Exact buckets for short distances, logarithmic
+  buckets up to `max_distance`, one bucket beyond, so any length works.
+- `RotaryEmbedding` (RoPE, Su et al., 2021): rotates each pair of query/key features by an angle
+  proportional to the position, so q.k depends only on the distance. Any length works.
+
+Absolute encodings take `positions` (B, T) rather than a length, so a left-padded row of a batch can start
+its positions at its first real token, and a cached step can continue at P.
+"""
+
+import math
+
+import torch
+from onnxformer.builder.layers.checks import check_positive, check_tensor
+from onnxformer.runtime.errors import ConfigError, InputError
+from torch import nn
+
+
+def default_positions(batch: int, length: int, *, past_length: int = 0, device=None) -> torch.Tensor:
+    """(B, T) positions past_length .. past_length + T - 1 for every row."""
+    positions = torch.arange(length, device=device) + past_length  # (T,)
+    return positions[None, :].expand(batch, -1)  # (B, T)
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """PE(pos, 2i) = sin(pos / base^(2i/D)), PE(pos, 2i+1) = cos(pos / base^(2i/D))."""
+
+    def __init__(self, d_model: int, *, base: float = 10000.0) -> None:
+        super().__init__()
+        check_positive(d_model=d_model, base=base)
+        if d_model % 2:
+            raise ConfigError(f"sinusoidal encoding needs an even d_model, got {d_model}")
+        self.d_model = d_model
+        inv_freq = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(base) / d_model))  # (D/2,)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, positions: torch.Tensor) -> torch.Tensor:
+        """positions (B, T) -> encodings (B, T, D), sin and cos interleaved."""
+        check_tensor(positions, "positions", dims=("B", "T"))
+        angles = positions[..., None].float() * self.inv_freq  # (B, T, D/2)
+        pairs = torch.stack([torch.sin(angles), torch.cos(angles)], dim=-1)  # (B, T, D/2, 2)
+        return pairs.flatten(-2)  # (B, T, D)
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """A trained (max_len, D) table; positions at or past max_len raise `InputError`."""
+
+    def __init__(self, max_len: int, d_model: int) -> None:
+        super().__init__()
+        check_positive(max_len=max_len, d_model=d_model)
+        self.max_len = max_len
+        self.weight = nn.Parameter(torch.randn(max_len, d_model) * 0.02)
+
+    def forward(self, positions: torch.Tensor) -> torch.Tensor:
+        """positions (B, T) -> embeddings (B, T, D)."""
+        check_tensor(positions, "positions", dims=("B", "T"))
+        # A value check cannot be traced; the exported graph relies on the runtime's length check.
+        if not torch.compiler.is_compiling() and positions.numel():
+            lowest, highest = int(positions.min()), int(positions.max())
+            if lowest < 0 or highest >= self.max_len:
+                raise InputError(
+                    f"position {highest if highest >= self.max_len else lowest} is outside the learned "
+                    f"position table of max_len={self.max_len}; shorten the input to at most "
+                    f"{self.max_len} tokens, raise max_len, or use a sinusoidal, relative or rotary encoding"
+                )
+        return nn.functional.embedding(positions, self.weight)  # (B, T, D)
+
+
+class RelativePositionBias(nn.Module):
+    """T5's bucketed relative position bias: (1, H, T, S) added to the attention logits.
+
+    `bidirectional=True` (encoder) gives keys before and after the query their own buckets; `False`
+    (decoder) only distinguishes past distances, since the causal mask hides the future anyway.
+    """
+
+    def __init__(
+        self,
+        n_heads: int,
+        *,
+        bidirectional: bool,
+        num_buckets: int = 32,
+        max_distance: int = 128,
+    ) -> None:
+        super().__init__()
+        check_positive(n_heads=n_heads, num_buckets=num_buckets, max_distance=max_distance)
+        exact = num_buckets // 2 if bidirectional else num_buckets
+        if exact < 2 or max_distance <= exact // 2:
+            raise ConfigError(
+                f"num_buckets={num_buckets} and max_distance={max_distance} leave no room for logarithmic "
+                "buckets; use num_buckets >= 4 and max_distance > num_buckets"
+            )
+        self.bidirectional = bidirectional
+        self.num_buckets = num_buckets
+        self.max_distance = max_distance
+        self.bias = nn.Embedding(num_buckets, n_heads)
+
+    def bucket(self, relative: torch.Tensor) -> torch.Tensor:
+        """relative = key_pos - query_pos (any shape, int64) -> bucket ids in [0, num_buckets)."""
+        buckets = self.num_buckets
+        offset = torch.zeros_like(relative)
+        if self.bidirectional:
+            buckets //= 2
+            offset = (relative > 0).long() * buckets  # keys after the query use the upper half
+            distance = relative.abs()
+        else:
+            distance = (-relative).clamp(min=0)  # only keys at or before the query
+        exact = buckets // 2
+        # Distances >= exact share logarithmically wider buckets up to max_distance (T5, 2.1).
+        log_ratio = torch.log(distance.clamp(min=1).float() / exact) / math.log(self.max_distance / exact)
+        far = (exact + (log_ratio * (buckets - exact)).long()).clamp(max=buckets - 1)
+        return offset + torch.where(distance < exact, distance, far)
+
+    def forward(self, query_length: int, key_length: int, *, device=None) -> torch.Tensor:
+        """Bias (1, H, T, S) for the last T of S positions (S - T = P cached keys before the queries)."""
+        query_pos = torch.arange(query_length, device=device) + (key_length - query_length)  # (T,)
+        key_pos = torch.arange(key_length, device=device)  # (S,)
+        relative = key_pos[None, :] - query_pos[:, None]  # (T, S)
+        values = self.bias(self.bucket(relative))  # (T, S, H)
+        return values.permute(2, 0, 1)[None]  # (1, H, T, S)
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotates feature pairs (i, i + Dh/2) of queries or keys by angle position * base^(-2i/Dh)."""
+
+    def __init__(self, head_dim: int, *, base: float = 10000.0) -> None:
+        super().__init__()
+        check_positive(head_dim=head_dim, base=base)
+        if head_dim % 2:
+            raise ConfigError(f"rotary embedding needs an even head width, got {head_dim}")
+        inv_freq = base ** (-torch.arange(0, head_dim, 2).float() / head_dim)  # (Dh/2,)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """x (B, H, T, Dh), positions (B, T) -> x rotated, same shape."""
+        angles = positions[:, None, :, None].float() * self.inv_freq  # (B, 1, T, Dh/2)
+        cos = torch.cos(angles).repeat(1, 1, 1, 2)  # (B, 1, T, Dh)
+        sin = torch.sin(angles).repeat(1, 1, 1, 2)  # (B, 1, T, Dh)
+        first, second = x.chunk(2, dim=-1)  # (B, H, T, Dh/2) each
+        rotated_half = torch.cat([-second, first], dim=-1)  # (B, H, T, Dh)
+        return x * cos + rotated_half * sin

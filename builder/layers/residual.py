@@ -1,0 +1,49 @@
+"""Residual connection with LayerNorm, placed before (pre-LN) or after (post-LN) the sublayer.
+
+    post-LN (Vaswani et al., 2017; BERT):   x = LayerNorm(x + Dropout(Sublayer(x)))
+    pre-LN  (GPT-2, T5; Xiong et al., 2020): x = x + Dropout(Sublayer(LayerNorm(x)))
+
+Post-LN normalises the residual stream itself and needs learning-rate warm-up to train stably; pre-LN keeps
+an identity path from input to output, trains without careful warm-up, and needs one final LayerNorm after
+the last block (the family adds it).
+
+A block calls `before(x)` to get the sublayer's input and `after(x, y)` to merge the sublayer's output y.
+"""
+
+from typing import Literal
+
+import torch
+from onnxformer.builder.layers.checks import check_dropout, check_positive
+from onnxformer.runtime.errors import ConfigError
+from torch import nn
+
+NormPosition = Literal["pre", "post"]
+NORM_POSITIONS: tuple[NormPosition, ...] = ("pre", "post")
+
+
+class ResidualNorm(nn.Module):
+    def __init__(
+        self,
+        d_model: int,
+        *,
+        norm_position: NormPosition = "pre",
+        dropout: float = 0.0,
+        eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        check_positive(d_model=d_model, eps=eps)
+        check_dropout(dropout)
+        if norm_position not in NORM_POSITIONS:
+            raise ConfigError(f"norm_position must be one of {NORM_POSITIONS}, got {norm_position!r}")
+        self.norm_position = norm_position
+        self.norm = nn.LayerNorm(d_model, eps=eps)
+        self.dropout = nn.Dropout(dropout)
+
+    def before(self, x: torch.Tensor) -> torch.Tensor:
+        """The sublayer's input: LayerNorm(x) for pre-LN, x itself for post-LN. (B, T, D) -> (B, T, D)."""
+        return self.norm(x) if self.norm_position == "pre" else x
+
+    def after(self, x: torch.Tensor, sublayer_output: torch.Tensor) -> torch.Tensor:
+        """Add the sublayer's output to the residual stream (and normalise for post-LN). (B, T, D)."""
+        merged = x + self.dropout(sublayer_output)  # (B, T, D)
+        return self.norm(merged) if self.norm_position == "post" else merged

@@ -1,0 +1,69 @@
+"""ONNX Runtime sessions, created from bytes that were already checked, on the device asked for.
+
+`device="auto"` uses CUDA only when a CUDA session really starts (onnxruntime-gpu lists the CUDA provider
+even on machines without a GPU), otherwise CPU, and says why.
+"""
+
+import logging
+from dataclasses import dataclass
+from typing import Literal
+
+from onnxformer.runtime.errors import ConfigError, OnnxformerError
+
+logger = logging.getLogger(__name__)
+
+Device = Literal["auto", "cpu", "cuda"]
+DEVICES: tuple[Device, ...] = ("auto", "cpu", "cuda")
+
+
+def _onnxruntime():
+    try:
+        import onnxruntime
+    except ImportError:
+        raise OnnxformerError(
+            "ONNX Runtime is not installed; install onnxformer[cpu] (CPU only, small) or "
+            "onnxformer[gpu] (CUDA, also runs on CPU)"
+        ) from None
+    return onnxruntime
+
+
+@dataclass(frozen=True)
+class Session:
+    session: object  # onnxruntime.InferenceSession
+    provider: str  # the provider the session really runs on
+    reason: str  # why this provider (e.g. why CUDA was not used)
+
+    def run(self, feeds: dict, outputs: list[str] | None = None) -> list:
+        return self.session.run(outputs, feeds)
+
+
+def create_session(model: bytes, *, device: Device = "cpu", threads: int | None = None) -> Session:
+    """An InferenceSession on `model` (serialized ONNX bytes) for the chosen device."""
+    if device not in DEVICES:
+        raise ConfigError(f"device must be one of {DEVICES}, got {device!r}")
+    ort = _onnxruntime()
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    if threads is not None:
+        options.intra_op_num_threads = threads
+    if device in ("auto", "cuda"):
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            reason = "this ONNX Runtime build has no CUDA provider (install onnxformer[gpu])"
+        else:
+            try:
+                session = ort.InferenceSession(
+                    model, options, providers=["CUDAExecutionProvider", "CPUExecutionProvider"]
+                )
+            except Exception as error:  # ORT raises its own untyped errors on provider failure
+                reason = f"the CUDA provider failed to start ({str(error).splitlines()[0]})"
+            else:
+                if session.get_providers()[0] == "CUDAExecutionProvider":
+                    return Session(session, "CUDAExecutionProvider", "CUDA session started")
+                reason = "the CUDA provider is installed but no GPU session could start"
+        if device == "cuda":
+            raise OnnxformerError(f"device='cuda' was asked for but {reason}; use device='cpu' or 'auto'")
+        logger.info("using CPU: %s", reason)
+    else:
+        reason = "device='cpu' was asked for"
+    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    return Session(session, "CPUExecutionProvider", reason)
