@@ -1,6 +1,6 @@
 """ONNX export: per-block graphs (blocks.py) with their parity proof and atomic folder writing."""
 
-from onnxformer.builder.export.blocks import export_block, export_blocks, select_blocks
+from onnxformer.builder.export.blocks import build_block, export_block, export_blocks, select_blocks
 from onnxformer.builder.export.catalog import BlockDims, BlockSpec, block_catalog
 from onnxformer.builder.export.graph import DEFAULT_OPSET, export_graph
 from onnxformer.builder.export.parity import DEFAULT_TOLERANCE
@@ -11,6 +11,7 @@ __all__ = [
     "BlockDims",
     "BlockSpec",
     "block_catalog",
+    "build_block",
     "export_block",
     "export_blocks",
     "export_graph",

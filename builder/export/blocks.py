@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
+
 from onnxformer.builder.export.catalog import BlockDims, BlockSpec, block_catalog
 from onnxformer.builder.export.folder import write_export_folder
 from onnxformer.builder.export.graph import DEFAULT_OPSET, check_opset, export_graph, io_specs
@@ -51,6 +52,19 @@ def select_blocks(names: Sequence[str] | None = None) -> list[BlockSpec]:
     return [by_name[name] for name in names]
 
 
+def build_block(
+    spec: BlockSpec,
+    *,
+    dims: BlockDims = BlockDims(),  # noqa: B008 - frozen dataclass, immutable default
+    seed: int = 0,
+) -> torch.nn.Module:
+    """The PyTorch module behind a block export, with the same random weights for the same seed."""
+    torch.manual_seed(seed)
+    module = spec.build(dims).eval()
+    _randomise_norms(module, seed)
+    return module
+
+
 def export_block(
     spec: BlockSpec,
     *,
@@ -60,9 +74,7 @@ def export_block(
     seed: int = 0,
 ) -> tuple[bytes, FileEntry]:
     """Export one block and prove it; return the file's bytes and its manifest entry."""
-    torch.manual_seed(seed)
-    module = spec.build(dims).eval()
-    _randomise_norms(module, seed)
+    module = build_block(spec, dims=dims, seed=seed)
     example = make_inputs(spec, dims, TRACE_CASE, generator=torch.Generator().manual_seed(seed))
     model = export_graph(
         module,

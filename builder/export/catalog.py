@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from torch import nn
+
 from onnxformer.builder.export import wrappers
 from onnxformer.builder.layers import (
     DecoderBlock,
@@ -24,7 +26,6 @@ from onnxformer.builder.layers import (
     RotaryEmbedding,
     SinusoidalPositionalEncoding,
 )
-from torch import nn
 
 InputKind = Literal["float", "mask", "positions"]
 

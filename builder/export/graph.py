@@ -9,9 +9,10 @@ from collections.abc import Iterator
 
 import onnx
 import torch
+from torch import nn
+
 from onnxformer.runtime.errors import ExportError
 from onnxformer.runtime.manifest import FORMAT_VERSION, TensorSpec
-from torch import nn
 
 DEFAULT_OPSET = 18
 MIN_OPSET, MAX_OPSET = 17, 23  # what the dynamo exporter and current ONNX Runtime builds both cover

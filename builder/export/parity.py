@@ -5,12 +5,13 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+from torch import nn
+
 from onnxformer.builder.export.catalog import BlockDims, BlockSpec
 from onnxformer.builder.export.samples import Case, make_inputs
 from onnxformer.runtime.errors import ParityError
 from onnxformer.runtime.manifest import Parity
 from onnxformer.runtime.session import Session
-from torch import nn
 
 logger = logging.getLogger(__name__)
 

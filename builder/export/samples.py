@@ -8,6 +8,7 @@ with padding in every batched mask (left padding on odd rows, right padding on e
 from dataclasses import dataclass
 
 import torch
+
 from onnxformer.builder.export.catalog import BlockDims, BlockSpec, InputSpec
 from onnxformer.runtime.errors import ExportError
 

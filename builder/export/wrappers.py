@@ -5,6 +5,8 @@ arguments of a layer become graph inputs (their parameter names are the graph's 
 results become outputs. They hold the layer they wrap, so its parameter names become the initializer names.
 """
 
+from torch import nn
+
 from onnxformer.builder.layers import (
     DecoderBlock,
     EncoderBlock,
@@ -17,7 +19,6 @@ from onnxformer.builder.layers import (
     ScaledDotProductAttention,
     SinusoidalPositionalEncoding,
 )
-from torch import nn
 
 
 class AttentionProduct(nn.Module):

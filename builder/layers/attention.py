@@ -14,11 +14,12 @@ import math
 from typing import NamedTuple
 
 import torch
+from torch import nn
+
 from onnxformer.builder.layers.checks import check_dropout, check_heads, check_same, check_tensor
 from onnxformer.builder.layers.masks import causal_mask, combine, padding_mask
 from onnxformer.builder.layers.positions import RotaryEmbedding, default_positions
 from onnxformer.runtime.errors import InputError
-from torch import nn
 
 
 class AttentionOutput(NamedTuple):
@@ -74,7 +75,7 @@ class ScaledDotProductAttention(nn.Module):
         check_tensor(query, "query", dims=("B", "H", "T", "Dh"))
         check_tensor(key, "key", dims=("B", "H", "S", "Dh"), sizes={3: query.shape[3]})
         check_tensor(value, "value", dims=("B", "H", "S", "Dh"), sizes={2: key.shape[2]})
-        mask = _build_mask(attention_mask, causal, query.shape[2], key.shape[2], query.device)
+        mask = _build_mask(attention_mask, causal, query.shape[0], query.shape[2], key.shape[2], query.device)
         output, weights = scaled_dot_product_attention(
             query, key, value, mask=mask, bias=bias, dropout=self.dropout
         )
@@ -152,7 +153,7 @@ class MultiHeadAttention(nn.Module):
                 positions = default_positions(
                     x.shape[0], x.shape[1], past_length=past_length, device=x.device
                 )  # (B, T)
-            check_tensor(positions, "positions", dims=("B", "T"))
+            check_tensor(positions, "positions", dims=("B", "T"), sizes={0: x.shape[0], 1: x.shape[1]})
             query = self.rotary(query, positions)  # (B, H, T, Dh)
             key = self.rotary(key, positions)  # (B, H, T, Dh)
         if past_key is not None:
@@ -161,7 +162,7 @@ class MultiHeadAttention(nn.Module):
             check_tensor(past_value, "past_value", dims=("B", "H", "P", "Dh"), sizes=dict(enumerate(shape)))
             key = torch.cat([past_key, key], dim=2)  # (B, H, P + T, Dh)
             value = torch.cat([past_value, value], dim=2)  # (B, H, P + T, Dh)
-        mask = _build_mask(attention_mask, causal, x.shape[1], key.shape[2], x.device)
+        mask = _build_mask(attention_mask, causal, x.shape[0], x.shape[1], key.shape[2], x.device)
         heads, weights = scaled_dot_product_attention(
             query, key, value, mask=mask, bias=position_bias, dropout=self.dropout
         )  # (B, H, T, Dh), (B, H, T, S)
@@ -178,12 +179,13 @@ class MultiHeadAttention(nn.Module):
 def _build_mask(
     attention_mask: torch.Tensor | None,
     causal: bool,
+    batch: int,
     query_length: int,
     key_length: int,
     device: torch.device,
 ) -> torch.Tensor | None:
     if attention_mask is not None:
-        check_tensor(attention_mask, "attention_mask", dims=("B", "S"))
+        check_tensor(attention_mask, "attention_mask", dims=("B", "S"), sizes={0: batch})
         check_same(
             attention_mask.shape[1],
             key_length,

@@ -24,11 +24,13 @@ logits (T5 relative bias, computed once per stack and shared), or as `rotary=Tru
 from typing import NamedTuple
 
 import torch
+from torch import nn
+
 from onnxformer.builder.layers.attention import MultiHeadAttention
+from onnxformer.builder.layers.checks import check_tensor
 from onnxformer.builder.layers.feedforward import Activation, FeedForward
 from onnxformer.builder.layers.residual import NormPosition, ResidualNorm
 from onnxformer.runtime.errors import InputError
-from torch import nn
 
 
 class EncoderBlockOutput(NamedTuple):
@@ -63,6 +65,7 @@ class EncoderBlock(nn.Module):
         self.self_attn_residual = ResidualNorm(d_model, norm_position=norm_position, dropout=dropout, eps=eps)
         self.ffn = FeedForward(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
         self.ffn_residual = ResidualNorm(d_model, norm_position=norm_position, dropout=dropout, eps=eps)
+        self.d_model = d_model
 
     def forward(
         self,
@@ -73,6 +76,7 @@ class EncoderBlock(nn.Module):
         positions: torch.Tensor | None = None,  # (B, T), for rotary
         need_weights: bool = False,
     ) -> EncoderBlockOutput:
+        check_tensor(x, "x", dims=("B", "T", "D"), sizes={2: self.d_model})
         attn = self.self_attn(
             self.self_attn_residual.before(x),
             attention_mask=attention_mask,
@@ -113,6 +117,7 @@ class DecoderBlock(nn.Module):
         )
         self.ffn = FeedForward(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
         self.ffn_residual = ResidualNorm(d_model, norm_position=norm_position, dropout=dropout, eps=eps)
+        self.d_model = d_model
 
     def forward(
         self,
@@ -127,6 +132,7 @@ class DecoderBlock(nn.Module):
         positions: torch.Tensor | None = None,  # (B, T), for rotary
         need_weights: bool = False,
     ) -> DecoderBlockOutput:
+        check_tensor(x, "x", dims=("B", "T", "D"), sizes={2: self.d_model})
         if self.cross_attn is None and memory is not None:
             raise InputError("this decoder block has no cross-attention; build it with cross_attention=True")
         if self.cross_attn is not None and memory is None:

@@ -7,6 +7,7 @@ D model width, H heads, Dh head width, F ffn width, V vocab.
 from collections.abc import Sequence
 
 import torch
+
 from onnxformer.runtime.errors import ConfigError, InputError
 
 
@@ -33,7 +34,7 @@ def check_tensor(
         if tensor.shape[axis] != size:
             raise InputError(
                 f"{name} axis {dims[axis]} must be {size}, got {tensor.shape[axis]} "
-                f"(shape {tuple(tensor.shape)}); the layer was built for {dims[axis]}={size}"
+                f"(shape {tuple(tensor.shape)}); give {name} {dims[axis]}={size}"
             )
 
 

@@ -8,9 +8,10 @@ what BERT's reference defines, and it exports as a single Erf so PyTorch and ONN
 from typing import Literal
 
 import torch
+from torch import nn
+
 from onnxformer.builder.layers.checks import check_dropout, check_positive, check_tensor
 from onnxformer.runtime.errors import ConfigError
-from torch import nn
 
 Activation = Literal["relu", "gelu"]
 ACTIVATIONS: tuple[Activation, ...] = ("relu", "gelu")

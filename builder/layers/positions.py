@@ -18,9 +18,10 @@ its positions at its first real token, and a cached step can continue at P.
 import math
 
 import torch
+from torch import nn
+
 from onnxformer.builder.layers.checks import check_positive, check_tensor
 from onnxformer.runtime.errors import ConfigError, InputError
-from torch import nn
 
 
 def default_positions(batch: int, length: int, *, past_length: int = 0, device=None) -> torch.Tensor:

@@ -13,9 +13,10 @@ A block calls `before(x)` to get the sublayer's input and `after(x, y)` to merge
 from typing import Literal
 
 import torch
+from torch import nn
+
 from onnxformer.builder.layers.checks import check_dropout, check_positive
 from onnxformer.runtime.errors import ConfigError
-from torch import nn
 
 NormPosition = Literal["pre", "post"]
 NORM_POSITIONS: tuple[NormPosition, ...] = ("pre", "post")

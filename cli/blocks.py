@@ -1,0 +1,68 @@
+"""`onnxformer export-blocks`: export every Transformer block to ONNX and prove it equal to PyTorch."""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from onnxformer.cli.errors import user_errors
+
+console = Console(highlight=False)
+
+
+def export_blocks_command(
+    ctx: typer.Context,
+    out: Annotated[
+        Path, typer.Option("--out", help="Folder to write the ONNX files and manifest.json to.")
+    ] = Path("runs/blocks"),
+    block: Annotated[
+        list[str] | None,
+        typer.Option("--block", help="Export only this block (repeatable); default: every block."),
+    ] = None,
+    opset: Annotated[int, typer.Option(help="ONNX opset to export with (17-23).")] = 18,
+    tolerance: Annotated[
+        float, typer.Option(help="Largest max-abs difference to PyTorch accepted (fp32); a miss fails.")
+    ] = 1e-5,
+    seed: Annotated[int, typer.Option(help="Seed of the random weights and test inputs.")] = 0,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the manifest as JSON instead of a table.")
+    ] = False,
+) -> None:
+    """Export each block (attention, positional encodings, FFN, residual, encoder and decoder blocks, under
+    each option that changes the graph) to its own ONNX file, then check it against PyTorch at shapes other
+    than the trace shapes. Any difference past --tolerance fails the export and writes nothing."""
+    with user_errors(ctx):
+        from onnxformer.builder.export.blocks import export_blocks, select_blocks
+
+        total = len(select_blocks(block))
+        with Progress(
+            TextColumn("[bold]exporting[/] {task.description:<48}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        ) as progress:
+            task = progress.add_task("", total=total)
+
+            def advance(name: str, index: int, _total: int) -> None:
+                progress.update(task, completed=index, description=name)
+
+            manifest = export_blocks(
+                out, names=block, opset=opset, tolerance=tolerance, seed=seed, progress=advance
+            )
+    if as_json:
+        typer.echo(manifest.to_json())
+        return
+    table = Table(title=f"{len(manifest.files)} blocks exported to {out} (opset {opset})")
+    for column in ("file", "cases", "max abs diff (output: diff)", "size"):
+        table.add_column(column, justify="right" if column in ("cases", "size") else "left")
+    for entry in manifest.files:
+        diffs = ", ".join(f"{name}: {value:.1e}" for name, value in entry.parity.max_abs_diff.items())
+        table.add_row(entry.path, str(entry.parity.cases), diffs, f"{entry.size / 1024:.0f} KiB")
+    console.print(table)
+    worst = max(max(e.parity.max_abs_diff.values()) for e in manifest.files)
+    console.print(f"largest difference to PyTorch: {worst:.2e} (tolerance {tolerance:g})")

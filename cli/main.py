@@ -1,0 +1,44 @@
+"""The `onnxformer` command: a typer app composed from one module per command group."""
+
+from typing import Annotated
+
+import typer
+
+from onnxformer.cli.blocks import export_blocks_command
+from onnxformer.cli.verify import verify_command
+
+app = typer.Typer(
+    name="onnxformer",
+    help="Build Transformers from their parts, export them to ONNX, and prove the numbers match.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    rich_markup_mode="markdown",
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"onnxformer {version('onnxformer')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks on errors.")] = False,
+    _: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    ctx.obj = {"debug": debug}
+
+
+app.command("export-blocks")(export_blocks_command)
+app.command("verify")(verify_command)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,90 @@
+"""The `onnxformer` command, through CliRunner and through the installed entry point."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from onnxformer.cli.main import app
+
+runner = CliRunner()
+ENTRY = Path(sys.executable).parent / "onnxformer"
+
+
+def test_help_lists_commands() -> None:
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    assert "export-blocks" in result.output and "verify" in result.output
+
+
+def test_version() -> None:
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.output.startswith("onnxformer ")
+
+
+def test_export_blocks_json_then_verify(tmp_path: Path) -> None:
+    out = tmp_path / "blocks"
+    result = runner.invoke(app, ["export-blocks", "--out", str(out), "--block", "ffn.relu", "--json"])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads(result.stdout)
+    assert [f["path"] for f in manifest["files"]] == ["ffn.relu.onnx"]
+    assert manifest["files"][0]["parity"]["max_abs_diff"]["output"] <= 1e-5
+    result = runner.invoke(app, ["verify", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["ok"] and report["files"][0]["ok"]
+
+
+def test_export_blocks_table(tmp_path: Path) -> None:
+    args = ["export-blocks", "--out", str(tmp_path / "b"), "--block", "residual.post_ln"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "residual.post_ln.onnx" in result.stdout
+    assert "largest difference to PyTorch" in result.stdout
+
+
+def test_verify_fails_on_tampered_file(blocks_copy: Path) -> None:
+    target = blocks_copy / "ffn.gelu.onnx"
+    target.write_bytes(target.read_bytes()[:-1] + b"\x00")
+    result = runner.invoke(app, ["verify", str(blocks_copy), "--json"])
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    bad = [f for f in report["files"] if not f["ok"]]
+    assert [f["path"] for f in bad] == ["ffn.gelu.onnx"]
+    assert "sha256" in bad[0]["problem"]
+
+
+def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
+    cases = [
+        (["verify", str(tmp_path / "missing")], "does not exist"),
+        (["verify", str(tmp_path)], "has no manifest.json"),
+        (["export-blocks", "--out", str(tmp_path / "x"), "--block", "nope"], "unknown block"),
+        (["export-blocks", "--out", str(tmp_path / "x"), "--opset", "3"], "opset must be"),
+    ]
+    for args, message in cases:
+        result = runner.invoke(app, args)
+        assert result.exit_code == 1, (args, result.output)
+        assert message in result.stderr
+        assert "Traceback" not in result.output + result.stderr
+        assert result.stderr.strip().startswith("error:")
+
+
+def test_debug_flag_shows_the_exception(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["--debug", "verify", str(tmp_path / "missing")])
+    assert result.exit_code != 0
+    assert result.exception is not None and "does not exist" in str(result.exception)
+
+
+def test_installed_entry_point_runs(blocks_export: Path, tmp_path: Path) -> None:
+    command = str(ENTRY) if ENTRY.exists() else shutil.which("onnxformer")
+    assert command, "the onnxformer console script is not installed"
+    ok = subprocess.run([command, "verify", str(blocks_export)], capture_output=True, text=True, check=False)
+    assert ok.returncode == 0, ok.stderr
+    assert "files verified" in ok.stdout
+    bad = subprocess.run([command, "verify", str(tmp_path)], capture_output=True, text=True, check=False)
+    assert bad.returncode == 1
+    assert bad.stderr.startswith("error:") and "Traceback" not in bad.stderr
