@@ -59,7 +59,7 @@ def export_blocks_command(
         return
     table = Table(title=f"{len(manifest.files)} blocks exported to {out} (opset {opset})")
     for column in ("file", "cases", "max abs diff (output: diff)", "size"):
-        table.add_column(column, justify="right" if column in ("cases", "size") else "left")
+        table.add_column(column, justify="right" if column in ("cases", "size") else "left", overflow="fold")
     for entry in manifest.files:
         diffs = ", ".join(f"{name}: {value:.1e}" for name, value in entry.parity.max_abs_diff.items())
         table.add_row(entry.path, str(entry.parity.cases), diffs, f"{entry.size / 1024:.0f} KiB")

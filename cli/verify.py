@@ -40,7 +40,7 @@ def verify_command(
     else:
         table = Table(title=f"{folder}: {len(results) - len(failed)}/{len(results)} files verified")
         for column in ("file", "sha256 + load", "recorded max abs diff"):
-            table.add_column(column)
+            table.add_column(column, overflow="fold")
         for result in results:
             parity = result.entry.parity
             worst = f"{max(parity.max_abs_diff.values()):.1e}" if parity and parity.max_abs_diff else "-"
