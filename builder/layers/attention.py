@@ -123,6 +123,8 @@ class MultiHeadAttention(nn.Module):
         x: torch.Tensor,  # (B, T, D)
         *,
         memory: torch.Tensor | None = None,  # (B, S, D) for cross-attention
+        memory_key: torch.Tensor | None = None,  # (B, H, S, Dh) cross-attention keys from project_memory
+        memory_value: torch.Tensor | None = None,  # (B, H, S, Dh)
         attention_mask: torch.Tensor | None = None,  # (B, S): keys; self-attention S = P + T
         causal: bool = False,
         past_key: torch.Tensor | None = None,  # (B, H, P, Dh)
@@ -134,19 +136,29 @@ class MultiHeadAttention(nn.Module):
         check_tensor(x, "x", dims=("B", "T", "D"), sizes={2: self.d_model})
         if (past_key is None) != (past_value is None):
             raise InputError("past_key and past_value must be given together (or neither)")
-        cross = memory is not None
-        if cross:
-            check_tensor(memory, "memory", dims=("B", "S", "D"), sizes={2: self.d_model})
-            check_same(memory.shape[0], x.shape[0], "memory batch must equal x batch")
-            if causal or past_key is not None:
-                raise InputError(
-                    "cross-attention takes neither causal=True nor past_key/past_value: the memory is "
-                    "seen whole; cache its projections with project_memory() instead"
-                )
+        if (memory_key is None) != (memory_value is None):
+            raise InputError("memory_key and memory_value must be given together (or neither)")
+        if memory is not None and memory_key is not None:
+            raise InputError("give either memory or its projections memory_key/memory_value, not both")
+        cross = memory is not None or memory_key is not None
+        if cross and (causal or past_key is not None):
+            raise InputError(
+                "cross-attention takes neither causal=True nor past_key/past_value: the memory is "
+                "seen whole; cache its projections with project_memory() instead"
+            )
         query = self._split_heads(self.q_proj(x))  # (B, H, T, Dh)
-        source = memory if cross else x
-        key = self._split_heads(self.k_proj(source))  # (B, H, T or S, Dh)
-        value = self._split_heads(self.v_proj(source))  # (B, H, T or S, Dh)
+        if memory_key is not None:
+            shape = {0: x.shape[0], 1: self.n_heads, 3: self.head_dim}
+            check_tensor(memory_key, "memory_key", dims=("B", "H", "S", "Dh"), sizes=shape)
+            check_tensor(memory_value, "memory_value", dims=("B", "H", "S", "Dh"), sizes=shape)
+            key, value = memory_key, memory_value  # (B, H, S, Dh)
+        else:
+            if memory is not None:
+                check_tensor(memory, "memory", dims=("B", "S", "D"), sizes={2: self.d_model})
+                check_same(memory.shape[0], x.shape[0], "memory batch must equal x batch")
+            source = memory if memory is not None else x
+            key = self._split_heads(self.k_proj(source))  # (B, H, T or S, Dh)
+            value = self._split_heads(self.v_proj(source))  # (B, H, T or S, Dh)
         past_length = 0 if past_key is None else past_key.shape[2]
         if self.rotary is not None and not cross:
             if positions is None:

@@ -125,6 +125,8 @@ class DecoderBlock(nn.Module):
         *,
         attention_mask: torch.Tensor | None = None,  # (B, P + T) over past and new tokens
         memory: torch.Tensor | None = None,  # (B, S, D) encoder output, for cross-attention
+        memory_key: torch.Tensor | None = None,  # (B, H, S, Dh) cross keys from project_memory, or memory
+        memory_value: torch.Tensor | None = None,  # (B, H, S, Dh)
         memory_mask: torch.Tensor | None = None,  # (B, S) 1 = real source token
         past_key: torch.Tensor | None = None,  # (B, H, P, Dh)
         past_value: torch.Tensor | None = None,  # (B, H, P, Dh)
@@ -133,10 +135,14 @@ class DecoderBlock(nn.Module):
         need_weights: bool = False,
     ) -> DecoderBlockOutput:
         check_tensor(x, "x", dims=("B", "T", "D"), sizes={2: self.d_model})
-        if self.cross_attn is None and memory is not None:
+        has_memory = memory is not None or memory_key is not None
+        if self.cross_attn is None and has_memory:
             raise InputError("this decoder block has no cross-attention; build it with cross_attention=True")
-        if self.cross_attn is not None and memory is None:
-            raise InputError("this decoder block cross-attends: pass the encoder output as memory=")
+        if self.cross_attn is not None and not has_memory:
+            raise InputError(
+                "this decoder block cross-attends: pass the encoder output as memory= "
+                "(or its projections as memory_key=/memory_value=)"
+            )
         attn = self.self_attn(
             self.self_attn_residual.before(x),
             attention_mask=attention_mask,
@@ -153,6 +159,8 @@ class DecoderBlock(nn.Module):
             cross = self.cross_attn(
                 self.cross_attn_residual.before(x),
                 memory=memory,
+                memory_key=memory_key,
+                memory_value=memory_value,
                 attention_mask=memory_mask,
                 need_weights=need_weights,
             )

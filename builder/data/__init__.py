@@ -1,0 +1,57 @@
+"""Training data: the built-in grammar corpus, the tasks made from it, and reading the user's own files."""
+
+from onnxformer.builder.data.files import read_corpus_file, read_pairs_file, read_text_file
+from onnxformer.builder.data.grammar import (
+    ADJECTIVES,
+    DETERMINERS,
+    INTRANSITIVE_VERBS,
+    NOUNS,
+    PARTICIPLES,
+    PREPOSITIONS,
+    TRANSITIVE_VERBS,
+    Clause,
+    NounPhrase,
+    PrepPhrase,
+    generate_sentences,
+    is_grammatical,
+    parse,
+    transitive_sentences,
+)
+from onnxformer.builder.data.tasks import (
+    SHUFFLED,
+    WELL_FORMED,
+    classification_examples,
+    is_passive,
+    passive_pairs,
+    shuffle_words,
+    split_held_out,
+    to_passive,
+)
+
+__all__ = [
+    "ADJECTIVES",
+    "DETERMINERS",
+    "INTRANSITIVE_VERBS",
+    "NOUNS",
+    "PARTICIPLES",
+    "PREPOSITIONS",
+    "SHUFFLED",
+    "TRANSITIVE_VERBS",
+    "WELL_FORMED",
+    "Clause",
+    "NounPhrase",
+    "PrepPhrase",
+    "classification_examples",
+    "generate_sentences",
+    "is_grammatical",
+    "is_passive",
+    "parse",
+    "passive_pairs",
+    "read_corpus_file",
+    "read_pairs_file",
+    "read_text_file",
+    "shuffle_words",
+    "split_held_out",
+    "to_passive",
+    "transitive_sentences",
+]
