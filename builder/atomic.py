@@ -27,8 +27,8 @@ def write_folder_atomically(
         raise error(f"{target} is a file; choose a folder path for the {what}")
     if target.is_dir() and any(target.iterdir()) and not (target / marker).is_file():
         raise error(
-            f"refusing to replace {target}: it is not empty and holds no {marker}, so it is not an onnxformer "
-            f"{what}; choose another folder or empty it"
+            f"refusing to replace {target}: it is not empty and holds no {marker}, so it is not an "
+            f"onnxformer {what}; choose another folder or empty it"
         )
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))

@@ -117,10 +117,11 @@ def read_checkpoint_meta(folder: str | os.PathLike) -> dict[str, Any]:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise CheckpointError(f"{meta_path} is not valid JSON; train again or restore the folder") from None
-    if not isinstance(meta, dict) or meta.get("format_version") != CHECKPOINT_FORMAT:
+    version = meta.get("format_version") if isinstance(meta, dict) else None
+    if version != CHECKPOINT_FORMAT:
         raise CheckpointError(
-            f"{meta_path} has format_version {meta.get('format_version') if isinstance(meta, dict) else None}, "
-            f"this onnxformer reads {CHECKPOINT_FORMAT}"
+            f"{meta_path} has format_version {version}, this onnxformer reads {CHECKPOINT_FORMAT}; "
+            "train again with this version"
         )
     if meta.get("family") not in FAMILIES:
         raise CheckpointError(f"{meta_path} names family {meta.get('family')!r}; known: {sorted(FAMILIES)}")
@@ -152,7 +153,8 @@ def load_checkpoint(
     really_missing = [name for name in missing if name not in _shared_names(model)]
     if really_missing or unexpected:
         raise CheckpointError(
-            f"{path / WEIGHTS_NAME} does not fit the config: missing {really_missing}, unexpected {unexpected}"
+            f"{path / WEIGHTS_NAME} does not fit the config: missing {really_missing}, "
+            f"unexpected {unexpected}"
         )
     try:
         tokenizer = Tokenizer.from_file(str(path / TOKENIZER_NAME))
