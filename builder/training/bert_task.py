@@ -133,5 +133,6 @@ class BERTTask:
             "classification_accuracy": class_hits / max(len(indices), 1),
         }
 
-    def quality(self, model: BERT, *, seed: int) -> dict[str, float]:
+    def quality(self, model: BERT, *, seed: int, samples: int = 0) -> dict[str, float]:
+        """Every held-out example (`samples` is for the generative tasks)."""
         return self.evaluate(model, limit=len(self.held_out_ids))

@@ -166,7 +166,13 @@ def load_checkpoint(
         if not state_path.is_file():
             raise CheckpointError(f"{path} has no {STATE_NAME}; it cannot be resumed")
         # weights_only=True: tensors and plain containers only, never arbitrary pickled objects.
-        state = torch.load(state_path, map_location="cpu", weights_only=True)
+        try:
+            state = torch.load(state_path, map_location="cpu", weights_only=True)
+        except Exception as error:  # pickle.UnpicklingError for anything but plain data
+            raise CheckpointError(
+                f"{state_path} holds something other than tensors and plain data ({type(error).__name__}); "
+                "it was not written by onnxformer and is refused"
+            ) from None
     history_path = path / HISTORY_NAME
     history = json.loads(history_path.read_text()) if history_path.is_file() else {}
     return Checkpoint(

@@ -85,12 +85,12 @@ class GPTTask:
         loss = total / max(count, 1)
         return {"val_loss": loss, "val_perplexity": math.exp(min(loss, 50.0))}
 
-    def quality(self, model: GPT, *, seed: int) -> dict[str, float]:
+    def quality(self, model: GPT, *, seed: int, samples: int = QUALITY_SAMPLES) -> dict[str, float]:
         """Share of sampled continuations of held-out prompts that the grammar accepts (built-in corpus)."""
         if not self.builtin:
             return {}
         rng = random.Random(seed)
-        sentences = [rng.choice(self.held_out_texts) for _ in range(QUALITY_SAMPLES)]
+        sentences = [rng.choice(self.held_out_texts) for _ in range(samples)]
         prompts = [" ".join(s.split()[: rng.randint(1, 3)]) for s in sentences]
         texts = []
         for index, prompt in enumerate(prompts):
@@ -100,7 +100,7 @@ class GPTTask:
                 model,
                 [[self.special.bos, *encode(self.tokenizer, prompt)]],
                 max_new_tokens=self.max_len,
-                sampling=SamplingConfig(temperature=1.0, seed=seed * QUALITY_SAMPLES + index),
+                sampling=SamplingConfig(temperature=1.0, seed=seed * samples + index),
                 stop_tokens={self.special.eos},
                 pad_id=self.special.pad,
             )

@@ -89,9 +89,9 @@ class T5Task:
             total += float(self.loss(model, self.batch(chunk, held_out=True))) * len(chunk)
         return {"val_loss": total / max(len(indices), 1)}
 
-    def quality(self, model: T5, *, seed: int) -> dict[str, float]:
-        """Exact match of greedy outputs on up to QUALITY_EXAMPLES held-out pairs."""
-        pairs = self.held_out_pairs[:QUALITY_EXAMPLES]
+    def quality(self, model: T5, *, seed: int, samples: int = QUALITY_EXAMPLES) -> dict[str, float]:
+        """Exact match of greedy outputs on up to `samples` held-out pairs."""
+        pairs = self.held_out_pairs[:samples]
         sources = [ids for ids, _ in self.held_out_ids[: len(pairs)]]
         hits = 0
         self.samples = []

@@ -58,6 +58,7 @@ class TrainOptions:
     device: str = "cpu"
     corpus: str | None = None  # GPT/BERT: text file, one sentence per line; T5: source<TAB>target
     vocab_size: int = 512
+    quality_samples: int = 200  # GPT: sampled continuations; T5: held-out pairs decoded
     model_overrides: dict[str, Any] = field(default_factory=dict)  # e.g. {"position": "rotary"}
 
     def resolved(self) -> "TrainOptions":
@@ -226,7 +227,8 @@ def train(
     metrics: dict[str, Any] = {}
     samples: list[str] = []
     if step >= options.steps:
-        metrics = {**task.evaluate(model), **task.quality(model, seed=options.seed)}
+        quality = task.quality(model, seed=options.seed, samples=options.quality_samples)
+        metrics = {**task.evaluate(model), **quality}
         samples = list(getattr(task, "samples", []))
         metrics["parameters"] = parameters
         metrics["train_seconds"] = round(time.perf_counter() - started, 1)
