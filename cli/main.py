@@ -5,6 +5,7 @@ from typing import Annotated
 import typer
 
 from onnxformer.cli.blocks import export_blocks_command
+from onnxformer.cli.train import train_command
 from onnxformer.cli.verify import verify_command
 
 app = typer.Typer(
@@ -36,6 +37,7 @@ def _root(
     ctx.obj = {"debug": debug}
 
 
+app.command("train")(train_command)
 app.command("export-blocks")(export_blocks_command)
 app.command("verify")(verify_command)
 
