@@ -46,21 +46,30 @@ def _left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tens
 
 
 class _Collector:
-    """Per-row token lists that close at a stop token or when the budget is spent."""
+    """Per-row token lists that close at a stop token or when the row's budget of steps is spent."""
 
-    def __init__(self, batch: int, stop_tokens: Collection[int]) -> None:
-        self.tokens: list[list[int]] = [[] for _ in range(batch)]
-        self.reasons: list[str | None] = [None] * batch
+    def __init__(self, budgets: Sequence[int], stop_tokens: Collection[int]) -> None:
+        self.budgets = list(budgets)
+        self.tokens: list[list[int]] = [[] for _ in budgets]
+        self.reasons: list[str | None] = ["length" if b <= 0 else None for b in budgets]
         self.stop = set(stop_tokens)
+        self.steps = 0
 
     def add(self, chosen: np.ndarray) -> None:
+        self.steps += 1
         for row, token in enumerate(chosen.tolist()):
             if self.reasons[row] is not None:
                 continue
             if token in self.stop:
                 self.reasons[row] = "stop"
-            else:
-                self.tokens[row].append(token)
+                continue
+            self.tokens[row].append(token)
+            if self.steps >= self.budgets[row]:
+                self.reasons[row] = "length"
+
+    def open_rows(self) -> torch.Tensor:
+        """(B,) 1 for rows still generating, 0 for closed ones."""
+        return torch.tensor([reason is None for reason in self.reasons], dtype=torch.long)
 
     @property
     def done(self) -> bool:
@@ -87,19 +96,20 @@ def generate(
     if max_new_tokens < 0:
         raise InputError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     ids, mask = _left_pad(prompts, pad_id)  # (B, T)
-    steps = min(max_new_tokens, limit - ids.shape[1] + 1)
+    # Each row may grow until its own context is full: the last token generated needs no position.
+    budgets = [min(max_new_tokens, limit - len(prompt) + 1) for prompt in prompts]
     sampler = Sampler(sampling, len(prompts))
-    collector = _Collector(len(prompts), stop_tokens)
+    collector = _Collector(budgets, stop_tokens)
     past = None
-    for _ in range(steps):
+    while not collector.done:
         out = model(ids, attention_mask=mask, past_key_values=past)
         chosen = sampler(out.logits[:, -1].float().numpy())  # (B,)
         collector.add(chosen)
-        if collector.done:
-            break
         past = out.present
-        ids = torch.from_numpy(chosen)[:, None]  # (B, 1)
-        mask = torch.cat([mask, torch.ones_like(ids)], dim=1)  # (B, P + 1)
+        # Closed rows feed padding (mask 0), so their positions stop advancing and stay in range.
+        still_open = collector.open_rows()  # (B,)
+        ids = torch.where(still_open.bool(), torch.from_numpy(chosen), pad_id)[:, None]  # (B, 1)
+        mask = torch.cat([mask, still_open[:, None]], dim=1)  # (B, P + 1)
     return collector.result()
 
 
@@ -124,10 +134,11 @@ def generate_seq2seq(
     batch = len(sources)
     ids = torch.full((batch, 1), model.config.decoder_start_token_id, dtype=torch.long)  # (B, 1)
     sampler = Sampler(sampling, batch)
-    collector = _Collector(batch, stop_tokens)
+    # The decoder's context is max_len positions, the start token included.
+    collector = _Collector([min(max_new_tokens, model.config.max_len)] * batch, stop_tokens)
     past = None
-    for step in range(max_new_tokens):
-        mask = torch.ones(batch, step + 1, dtype=torch.long)  # (B, P + 1)
+    mask = torch.ones(batch, 1, dtype=torch.long)  # (B, 1)
+    while not collector.done:
         out = model.decode(
             ids,
             cross_key_values=cross,
@@ -137,8 +148,8 @@ def generate_seq2seq(
         )
         chosen = sampler(out.logits[:, -1].float().numpy())  # (B,)
         collector.add(chosen)
-        if collector.done:
-            break
         past = out.present
-        ids = torch.from_numpy(chosen)[:, None]  # (B, 1)
+        still_open = collector.open_rows()  # (B,)
+        ids = torch.where(still_open.bool(), torch.from_numpy(chosen), pad_id)[:, None]  # (B, 1)
+        mask = torch.cat([mask, still_open[:, None]], dim=1)  # (B, P + 1)
     return collector.result()

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from onnxformer.runtime.errors import ConfigError
+from onnxformer.runtime.errors import ConfigError, InputError
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,10 @@ class Sampler:
 
     def __call__(self, logits: np.ndarray) -> np.ndarray:
         """logits (B, V) -> token ids (B,) int64."""
+        if logits.ndim != 2 or len(logits) != len(self.rngs):
+            raise InputError(
+                f"logits must have shape (B={len(self.rngs)}, V) for this sampler, got {logits.shape}"
+            )
         if self.config.greedy:
             return np.argmax(logits, axis=-1).astype(np.int64)
         return np.array(

@@ -474,11 +474,23 @@ def test_out_of_vocabulary_ids_raise_input_error(bad: int) -> None:
         t5.decode(ids, cross_key_values=cross)
 
 
+@pytest.mark.parametrize(
+    "segments", [[0, 1, 2, 0, 0], [0, -1, 0, 0, 0], [0, 0, 1, 1]], ids=["2", "-1", "short"]
+)
+@torch.no_grad()
+def test_bad_segment_ids_raise_input_error(segments: list[int]) -> None:
+    """BERT's token_type_ids index a table of type_vocab_size=2 rows, like input_ids index the vocabulary."""
+    model = build("bert", "learned")
+    model(tokens(1, 5), token_type_ids=torch.tensor([[0, 1, 1, 0, 1]]))  # in range: fine
+    with pytest.raises(InputError, match="token_type_ids"):
+        model(tokens(1, 5), token_type_ids=torch.tensor([segments]))
+
+
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 @torch.no_grad()
 def test_learned_positions_refuse_inputs_longer_than_max_len(family: str) -> None:
     model = build(family, "learned")
-    run = (lambda ids: model.encode(ids)) if family == "t5" else model
+    run = model.encode if family == "t5" else model
     assert run(tokens(1, MAX_LEN)) is not None  # exactly max_len fits
     with pytest.raises(InputError, match="max_len=32"):
         run(tokens(1, MAX_LEN + 1))

@@ -292,7 +292,9 @@ def test_batched_seq2seq_equals_one_by_one(position: str, sampling: SamplingConf
 def test_seq2seq_stop_tokens_budget_and_empty_inputs() -> None:
     model = t5()
     free = generate_seq2seq(model, SOURCES[:1], max_new_tokens=NEW, sampling=SAMPLED)[0]
-    index = next(i for i, token in enumerate(free.tokens) if i > 0 and token not in free.tokens[:i])
+    fresh = [i for i, token in enumerate(free.tokens) if i > 0 and token not in free.tokens[:i]]
+    assert fresh, f"the seeded model repeats one token: {free}"
+    index = fresh[0]
     stopped = generate_seq2seq(
         model, SOURCES[:1], max_new_tokens=NEW, sampling=SAMPLED, stop_tokens=[free.tokens[index]]
     )
@@ -305,3 +307,12 @@ def test_seq2seq_stop_tokens_budget_and_empty_inputs() -> None:
         generate_seq2seq(model, [], max_new_tokens=3)
     with pytest.raises(InputError, match="source 0 is empty"):
         generate_seq2seq(model, [[]], max_new_tokens=3)
+
+
+def test_seq2seq_decoder_stops_at_its_context() -> None:
+    """As `generate` does, the decoder stops with "length" once it has read max_len tokens, instead of
+    failing mid-way on a position past the learned table."""
+    model = t5("learned")
+    (result,) = generate_seq2seq(model, SOURCES[:1], max_new_tokens=MAX_LEN + 8)
+    assert result.finish_reason == "length"
+    assert len(result.tokens) == MAX_LEN  # the start token and all new tokens but the last

@@ -79,8 +79,18 @@ class Embeddings(nn.Module):
         hidden = self.token(input_ids)  # (B, T, D)
         if self.position is not None:
             hidden = hidden + self.position(positions)  # (B, T, D)
+        if token_type_ids is not None and self.segment is None:
+            raise InputError("token_type_ids were given but this model has no segment embedding")
         if self.segment is not None:
             segments = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+            check_tensor(segments, "token_type_ids", dims=("B", "T"), sizes=dict(enumerate(input_ids.shape)))
+            if not torch.compiler.is_compiling() and segments.numel():
+                low, high = int(segments.min()), int(segments.max())
+                if low < 0 or high >= self.segment.num_embeddings:
+                    raise InputError(
+                        f"token_type_ids must be in [0, {self.segment.num_embeddings}), got values "
+                        f"from {low} to {high}; use 0 for the first segment and 1 for the second"
+                    )
             hidden = hidden + self.segment(segments)  # (B, T, D)
         if self.norm is not None:
             hidden = self.norm(hidden)
