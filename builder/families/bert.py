@@ -18,6 +18,7 @@ from onnxformer.builder.layers import EncoderBlock, RelativePositionBias
 from onnxformer.builder.layers.checks import check_tensor
 from onnxformer.builder.layers.embedding import Embeddings, PositionKind, positions_from_mask
 from onnxformer.builder.layers.feedforward import Activation
+from onnxformer.builder.layers.init import init_transformer_weights
 from onnxformer.builder.layers.residual import NormPosition
 from onnxformer.runtime.errors import ConfigError
 
@@ -107,6 +108,7 @@ class BERT(nn.Module):
         self.classifier = nn.Sequential(
             nn.Dropout(config.dropout), nn.Linear(config.d_model, config.num_labels)
         )
+        init_transformer_weights(self, n_layers=config.n_layers)
 
     def forward(
         self,

@@ -18,6 +18,7 @@ from onnxformer.builder.layers import DecoderBlock, RelativePositionBias
 from onnxformer.builder.layers.checks import check_tensor
 from onnxformer.builder.layers.embedding import Embeddings, PositionKind, positions_from_mask
 from onnxformer.builder.layers.feedforward import Activation
+from onnxformer.builder.layers.init import init_transformer_weights
 from onnxformer.builder.layers.residual import NormPosition
 from onnxformer.runtime.errors import InputError
 
@@ -92,6 +93,7 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.lm_head.weight = self.embeddings.token.weight
+        init_transformer_weights(self, n_layers=config.n_layers)
 
     def forward(
         self,

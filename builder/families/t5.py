@@ -2,7 +2,7 @@
 
     input_ids -> shared embedding -> N encoder blocks (pre-LN, bidirectional relative bias) -> norm -> memory
     decoder_input_ids -> shared embedding -> N decoder blocks (pre-LN, causal relative bias,
-              cross-attention to memory) -> norm -> LM head (tied, scaled by D^-1/2) -> logits
+              cross-attention to memory) -> norm -> LM head (tied to the embedding) -> logits
 
 `encode` and `decode` are separate methods: the export makes one graph of each. The cross-attention keys and
 values depend only on the encoder output, so `cross_key_values` computes them once per input and `decode`
@@ -20,6 +20,7 @@ from onnxformer.builder.layers import DecoderBlock, EncoderBlock, RelativePositi
 from onnxformer.builder.layers.checks import check_tensor
 from onnxformer.builder.layers.embedding import Embeddings, PositionKind, positions_from_mask
 from onnxformer.builder.layers.feedforward import Activation
+from onnxformer.builder.layers.init import init_transformer_weights
 from onnxformer.builder.layers.residual import NormPosition
 from onnxformer.runtime.errors import InputError
 
@@ -108,8 +109,7 @@ class T5(nn.Module):
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.lm_head.weight = self.embeddings.token.weight
-        # With tied weights T5 rescales the decoder output so logits keep the embedding's scale (T5, 3.1).
-        self.logit_scale = config.d_model**-0.5 if config.tie_embeddings else 1.0
+        init_transformer_weights(self, n_layers=config.n_layers)
 
     def encode(
         self,
@@ -201,7 +201,7 @@ class T5(nn.Module):
                 self_attentions.append(out.self_weights)
                 cross_attentions.append(out.cross_weights)
         hidden = self.decoder_norm(hidden)  # (B, T, D)
-        logits = self.lm_head(hidden * self.logit_scale)  # (B, T, V)
+        logits = self.lm_head(hidden)  # (B, T, V)
         return T5DecoderOutput(
             logits, tuple(present), hidden, tuple(self_attentions), tuple(cross_attentions)
         )

@@ -38,7 +38,7 @@ from onnxformer.runtime.errors import ConfigError
 logger = logging.getLogger(__name__)
 
 # Defaults chosen so each tiny model meets its quality target in a few minutes on 2 CPU cores.
-DEFAULT_STEPS = {"gpt": 1500, "bert": 1200, "t5": 1800}
+DEFAULT_STEPS = {"gpt": 800, "bert": 1200, "t5": 1200}
 DEFAULT_LEARNING_RATE = {"gpt": 2e-3, "bert": 1e-3, "t5": 2e-3}
 
 
