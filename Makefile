@@ -17,6 +17,9 @@ $(STAMP): pyproject.toml constraints.txt
 setup: $(STAMP)
 
 run: $(STAMP)
+	$(BIN)/onnxformer train gpt --out runs/gpt
+	$(BIN)/onnxformer train bert --out runs/bert
+	$(BIN)/onnxformer train t5 --out runs/t5
 	$(BIN)/onnxformer export-blocks --out runs/blocks
 	$(BIN)/onnxformer verify runs/blocks
 
