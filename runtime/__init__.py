@@ -1,8 +1,14 @@
 """The torch-free runtime: numpy, ONNX Runtime and tokenizers only.
 
 Nothing under `onnxformer.runtime` imports torch or the builder, not even lazily.
+
+    from onnxformer.runtime import load
+    model = load("exported/gpt")          # TextGenerator, TextEncoder or TextToText, by family
+    model.generate("The cat", max_new_tokens=20)
 """
 
+from onnxformer.runtime.decoding import Generation
+from onnxformer.runtime.encoder import Classification, TextEncoder
 from onnxformer.runtime.errors import (
     ConfigError,
     ExportError,
@@ -11,12 +17,23 @@ from onnxformer.runtime.errors import (
     OnnxformerError,
     ParityError,
 )
+from onnxformer.runtime.generator import TextGenerator
+from onnxformer.runtime.loader import load
+from onnxformer.runtime.sampling import SamplingConfig
+from onnxformer.runtime.seq2seq import TextToText
 
 __all__ = [
+    "Classification",
     "ConfigError",
     "ExportError",
+    "Generation",
     "InputError",
     "ManifestError",
     "OnnxformerError",
     "ParityError",
+    "SamplingConfig",
+    "TextEncoder",
+    "TextGenerator",
+    "TextToText",
+    "load",
 ]

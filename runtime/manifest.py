@@ -36,6 +36,8 @@ class Parity:
     cases: int
     max_abs_diff: dict[str, float]  # output name -> largest |onnx - torch| over all cases
     shapes: tuple[str, ...] = ()  # the case shapes, e.g. "B=4 T=17 P=5"
+    rtol: float = 0.0  # allowed diff = tolerance + rtol * max |torch output| (0: absolute only)
+    max_abs_value: dict[str, float] = field(default_factory=dict)  # output name -> largest |torch output|
 
 
 @dataclass(frozen=True)
@@ -50,13 +52,35 @@ class FileEntry:
     parity: Parity | None = None
 
 
+EXPORT_KINDS = ("blocks", "model")
+FAMILIES = ("gpt", "bert", "t5")
+
+
 @dataclass(frozen=True)
 class Manifest:
-    export_kind: str  # "blocks" for a per-block export
+    """What an export folder holds. For `export_kind == "model"` the model fields are filled:
+
+    - `graphs`: role -> file, roles "decoder" (gpt, t5), "encoder" (bert, t5), "attentions" (all);
+    - `kv_cache`: {"layers", "heads", "head_dim", "past_key", "past_value", "present_key", "present_value",
+      "cross_key", "cross_value" (t5)}: input/output name patterns with "{i}" for the layer, tensors laid
+      out (batch, heads, sequence, head_dim);
+    - `special_tokens`: name -> id (pad, bos, eos, unk, mask, sep, cls);
+    - `generation`: defaults (max_new_tokens, temperature, top_k, top_p, stop_tokens, and for t5
+      decoder_start_token_id); `config`: the model config; `tokenizer`: the tokenizer file.
+    """
+
+    export_kind: str  # "blocks" or "model"
     opset: int
     versions: dict[str, str]  # tool -> version used at export
     files: tuple[FileEntry, ...]
     format_version: int = FORMAT_VERSION
+    family: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    tokenizer: str | None = None
+    special_tokens: dict[str, int] = field(default_factory=dict)
+    graphs: dict[str, str] = field(default_factory=dict)
+    kv_cache: dict[str, Any] = field(default_factory=dict)
+    generation: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def file(self, path: str) -> FileEntry:
@@ -132,6 +156,10 @@ def _parse_parity(item: Any, where: str) -> Parity | None:
         cases=_get(item, "cases", int, at),
         max_abs_diff={k: float(v) for k, v in diffs.items()},
         shapes=tuple(_get(item, "shapes", list, at)) if "shapes" in item else (),
+        rtol=float(_get(item, "rtol", (int, float), at)) if "rtol" in item else 0.0,
+        max_abs_value={k: float(v) for k, v in _get(item, "max_abs_value", dict, at).items()}
+        if "max_abs_value" in item
+        else {},
     )
 
 
@@ -169,11 +197,50 @@ def _parse_manifest(data: Any) -> Manifest:
         )
     files = _get(data, "files", list, "")
     versions = _get(data, "versions", dict, "")
-    return Manifest(
-        export_kind=_get(data, "export_kind", str, ""),
+    kind = _get(data, "export_kind", str, "")
+    if kind not in EXPORT_KINDS:
+        raise _fail("export_kind", f"must be one of {EXPORT_KINDS}, got {kind!r}")
+    manifest = Manifest(
+        export_kind=kind,
         opset=_get(data, "opset", int, ""),
         versions={str(k): str(v) for k, v in versions.items()},
         files=tuple(_parse_file(item, f"files[{i}]") for i, item in enumerate(files)),
         format_version=version,
-        extra=_get(data, "extra", dict, "") if "extra" in data else {},
+        family=_get(data, "family", (str, type(None)), "") if "family" in data else None,
+        config=_optional(data, "config", dict),
+        tokenizer=_get(data, "tokenizer", (str, type(None)), "") if "tokenizer" in data else None,
+        special_tokens=_optional(data, "special_tokens", dict),
+        graphs=_optional(data, "graphs", dict),
+        kv_cache=_optional(data, "kv_cache", dict),
+        generation=_optional(data, "generation", dict),
+        extra=_optional(data, "extra", dict),
     )
+    if kind == "model":
+        _check_model_fields(manifest)
+    return manifest
+
+
+def _optional(data: dict, key: str, kind: type) -> Any:
+    return _get(data, key, kind, "") if key in data else kind()
+
+
+def _check_model_fields(manifest: Manifest) -> None:
+    if manifest.family not in FAMILIES:
+        raise _fail("family", f"must be one of {FAMILIES} for a model export, got {manifest.family!r}")
+    listed = {entry.path for entry in manifest.files}
+    needed = {"gpt": ("decoder",), "bert": ("encoder",), "t5": ("encoder", "decoder")}[manifest.family]
+    for role in needed:
+        if role not in manifest.graphs:
+            raise _fail("graphs", f"lacks the {role!r} graph a {manifest.family} export needs")
+    for role, path in manifest.graphs.items():
+        if path not in listed:
+            raise _fail(f"graphs.{role}", f"names {path!r}, which is not in files")
+    if manifest.tokenizer is None or manifest.tokenizer not in listed:
+        raise _fail("tokenizer", "must name a file listed in files")
+    for name, value in manifest.special_tokens.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise _fail(f"special_tokens.{name}", "must be an integer id >= 0")
+    for key in ("vocab_size", "max_len", "n_layers", "n_heads", "d_model"):
+        value = manifest.config.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise _fail(f"config.{key}", "must be a positive integer")

@@ -69,12 +69,19 @@ def export_block(
     spec: BlockSpec,
     *,
     dims: BlockDims = BlockDims(),  # noqa: B008 - frozen dataclass, immutable default
+    module: torch.nn.Module | None = None,
     opset: int = DEFAULT_OPSET,
     tolerance: float = DEFAULT_TOLERANCE,
     seed: int = 0,
+    metadata: dict[str, object] | None = None,
 ) -> tuple[bytes, FileEntry]:
-    """Export one block and prove it; return the file's bytes and its manifest entry."""
-    module = build_block(spec, dims=dims, seed=seed)
+    """Export one block and prove it; return the file's bytes and its manifest entry.
+
+    Without `module` the block is built with random weights (`build_block`); a trained model's own block
+    comes in as `module` and is exported as it is.
+    """
+    if module is None:
+        module = build_block(spec, dims=dims, seed=seed)
     example = make_inputs(spec, dims, TRACE_CASE, generator=torch.Generator().manual_seed(seed))
     model = export_graph(
         module,
@@ -82,7 +89,7 @@ def export_block(
         output_names=list(spec.outputs),
         dynamic_axes=dynamic_axes(spec),
         opset=opset,
-        metadata={"onnxformer.kind": spec.kind, "onnxformer.options": spec.options},
+        metadata={"onnxformer.kind": spec.kind, "onnxformer.options": spec.options, **(metadata or {})},
     )
     data = model.SerializeToString()
     try:

@@ -81,7 +81,7 @@ def _mask(name: str, length: str) -> InputSpec:
     return InputSpec(name, ("batch", length), "mask")
 
 
-def _encoder(norm: str, activation: str, position: str) -> BlockSpec:
+def encoder_spec(norm: str, activation: str, position: str) -> BlockSpec:
     def build(d: BlockDims) -> nn.Module:
         block = EncoderBlock(
             d.d_model,
@@ -104,7 +104,7 @@ def _encoder(norm: str, activation: str, position: str) -> BlockSpec:
     )
 
 
-def _decoder(norm: str, activation: str, position: str, *, cross: bool, cached: bool) -> BlockSpec:
+def decoder_spec(norm: str, activation: str, position: str, *, cross: bool, cached: bool) -> BlockSpec:
     def build(d: BlockDims) -> nn.Module:
         block = DecoderBlock(
             d.d_model,
@@ -312,16 +312,16 @@ def block_catalog() -> list[BlockSpec]:
         *_attention_specs(),
         *_position_specs(),
         *_sublayer_specs(),
-        _encoder("post", "gelu", "none"),
-        _encoder("pre", "gelu", "none"),
-        _encoder("post", "relu", "none"),
-        _encoder("pre", "gelu", "relative"),
-        _encoder("pre", "gelu", "rotary"),
-        _decoder("pre", "gelu", "none", cross=True, cached=False),
-        _decoder("pre", "gelu", "none", cross=True, cached=True),
-        _decoder("post", "gelu", "none", cross=True, cached=False),
-        _decoder("pre", "relu", "none", cross=True, cached=False),
-        _decoder("pre", "gelu", "none", cross=False, cached=True),
-        _decoder("pre", "gelu", "relative", cross=True, cached=True),
-        _decoder("pre", "gelu", "rotary", cross=False, cached=True),
+        encoder_spec("post", "gelu", "none"),
+        encoder_spec("pre", "gelu", "none"),
+        encoder_spec("post", "relu", "none"),
+        encoder_spec("pre", "gelu", "relative"),
+        encoder_spec("pre", "gelu", "rotary"),
+        decoder_spec("pre", "gelu", "none", cross=True, cached=False),
+        decoder_spec("pre", "gelu", "none", cross=True, cached=True),
+        decoder_spec("post", "gelu", "none", cross=True, cached=False),
+        decoder_spec("pre", "relu", "none", cross=True, cached=False),
+        decoder_spec("pre", "gelu", "none", cross=False, cached=True),
+        decoder_spec("pre", "gelu", "relative", cross=True, cached=True),
+        decoder_spec("pre", "gelu", "rotary", cross=False, cached=True),
     ]

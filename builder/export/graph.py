@@ -4,12 +4,16 @@ import contextlib
 import io
 import json
 import logging
+import re
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import onnx
 import torch
+import torch.utils._pytree as pytree
 from torch import nn
+from torch.export import Dim
 
 from onnxformer.runtime.errors import ExportError
 from onnxformer.runtime.manifest import FORMAT_VERSION, TensorSpec
@@ -51,38 +55,53 @@ def check_opset(opset: int) -> None:
 
 def export_graph(
     module: nn.Module,
-    example: dict[str, torch.Tensor],
+    example: dict[str, Any],
     *,
     output_names: list[str],
-    dynamic_axes: dict[str, dict[int, str]],
+    dynamic_axes: dict[str, dict[int, str]] | None = None,
+    dim_names: dict[str, tuple[str | None, ...]] | None = None,
     opset: int = DEFAULT_OPSET,
     metadata: dict[str, object] | None = None,
 ) -> onnx.ModelProto:
     """Trace `module` on `example` (sizes >= 2 on dynamic axes) and return a checked ModelProto.
 
-    `example` maps the module's forward parameter names, which become the graph's input names, to tensors.
+    `example` maps the module's forward parameter names to inputs. Either every value is a tensor, its
+    name is the graph input's name and `dynamic_axes` names the dynamic axes; or values may be nested
+    tuples of tensors (a KV cache), `dim_names` maps each flattened graph input name, in order, to its axis
+    names (None = fixed size), and the graph's symbolic dims are renamed to those names afterwards.
     """
     check_opset(opset)
     module.eval()
+    options: dict[str, Any] = {"input_names": list(example), "dynamic_axes": dynamic_axes}
+    if dim_names is not None:
+        leaves, structure = pytree.tree_flatten(example)
+        if len(leaves) != len(dim_names):
+            raise ExportError(f"dim_names names {len(dim_names)} inputs, the example has {len(leaves)}")
+        specs = [{axis: Dim.AUTO for axis, name in enumerate(names) if name} for names in dim_names.values()]
+        options = {
+            "input_names": list(dim_names),
+            "dynamic_shapes": pytree.tree_unflatten(specs, structure),
+        }
     try:
         with _quiet(), torch.no_grad():
             program = torch.onnx.export(
                 module,
                 (),
                 kwargs=example,
-                input_names=list(example),
                 output_names=output_names,
-                dynamic_axes=dynamic_axes,
                 opset_version=opset,
                 dynamo=True,
                 external_data=False,
                 verbose=False,
+                **options,
             )
     except Exception as error:
         raise ExportError(
             f"torch.onnx.export failed for {type(module).__name__}: {str(error).splitlines()[0]}"
         ) from error
     model = program.model_proto
+    if dim_names is not None:
+        _rename_dims(model, dim_names)
     entries = {"onnxformer.format_version": FORMAT_VERSION, **(metadata or {})}
     for key, value in entries.items():
         prop = model.metadata_props.add()
@@ -93,6 +112,25 @@ def export_graph(
     except onnx.checker.ValidationError as error:
         raise ExportError(f"the exported graph fails onnx.checker: {error}") from error
     return model
+
+
+def _rename_dims(model: onnx.ModelProto, dim_names: dict[str, tuple[str | None, ...]]) -> None:
+    """Give the graph's inputs and outputs our axis names instead of the exporter's symbols (s0, s17, ...).
+
+    Output dims that are expressions of input symbols ("s0 + s70") get the same names substituted.
+    """
+    symbols: dict[str, str] = {}
+    for value in model.graph.input:
+        for dim, name in zip(value.type.tensor_type.shape.dim, dim_names.get(value.name, ()), strict=False):
+            if name and dim.dim_param:
+                symbols[dim.dim_param] = name
+                dim.dim_param = name
+    for value in model.graph.output:
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.dim_param:
+                dim.dim_param = re.sub(
+                    r"\b[su]\d+\b", lambda m: symbols.get(m.group(0), m.group(0)), dim.dim_param
+                )
 
 
 def io_specs(model: onnx.ModelProto) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:

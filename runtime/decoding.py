@@ -1,0 +1,357 @@
+"""The numpy decoding loop shared by TextGenerator (GPT) and TextToText (T5), and beam search.
+
+The loop is the PyTorch reference's (`onnxformer.builder.generation`) step for step, so the runtime picks
+the same tokens: prompts are left padded, the first step runs the whole prompt, every later step feeds one
+token per row with the KV cache; a row closes at a stop token or when its budget is spent, and a closed row
+is fed the pad token with mask 0 so its positions stop advancing. What differs between families is only
+how one step runs, which the caller passes in as a `StepFn`.
+
+Shape legend: B batch, K beams, T new tokens this step, P past length, V vocabulary, H heads, Dh head width.
+"""
+
+import math
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from onnxformer.runtime.errors import InputError, ManifestError
+from onnxformer.runtime.sampling import Sampler, SamplingConfig
+
+Feeds = dict[str, np.ndarray]
+# (ids (B, T), mask (B, P + T), cache feeds) -> (logits at the last position (B, V), cache for the next step)
+StepFn = Callable[[np.ndarray, np.ndarray, Feeds], tuple[np.ndarray, Feeds]]
+
+
+@dataclass(frozen=True)
+class Generation:
+    tokens: list[int]  # new tokens, without the stop token
+    finish_reason: str  # "stop" (a stop token or stop string), "length" (budget or context full)
+    score: float | None = None  # beam search only: sum of log-probabilities / length ** length_penalty
+
+
+@dataclass(frozen=True)
+class Step:
+    logits: np.ndarray  # (B, V) at the last position, what the tokens were chosen from
+    chosen: np.ndarray  # (B,) the token each row drew (closed rows' draws are ignored)
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    """The KV-cache input and output names of an export (manifest `kv_cache`), one "{i}" per layer."""
+
+    layers: int
+    heads: int
+    head_dim: int
+    past_key: str
+    past_value: str
+    present_key: str
+    present_value: str
+    cross_key: str | None = None
+    cross_value: str | None = None
+
+    @classmethod
+    def from_manifest(cls, kv_cache: dict[str, Any], *, cross: bool) -> "CacheLayout":
+        names = ["past_key", "past_value", "present_key", "present_value"]
+        names += ["cross_key", "cross_value"] if cross else []
+        values: dict[str, Any] = {}
+        for key in ("layers", "heads", "head_dim"):
+            value = kv_cache.get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ManifestError(f"manifest.json: kv_cache.{key} must be a positive integer; re-export")
+            values[key] = value
+        for key in names:
+            value = kv_cache.get(key)
+            if not isinstance(value, str) or "{i}" not in value:
+                raise ManifestError(f"manifest.json: kv_cache.{key} must be a name with '{{i}}'; re-export")
+            values[key] = value
+        return cls(**values)
+
+    def past_names(self) -> list[str]:
+        """Self-attention cache inputs, layer by layer, key then value."""
+        return [n.format(i=i) for i in range(self.layers) for n in (self.past_key, self.past_value)]
+
+    def present_names(self) -> list[str]:
+        """Self-attention cache outputs, in the order of `past_names`."""
+        return [n.format(i=i) for i in range(self.layers) for n in (self.present_key, self.present_value)]
+
+    def cross_names(self) -> list[str]:
+        if self.cross_key is None or self.cross_value is None:
+            return []
+        return [n.format(i=i) for i in range(self.layers) for n in (self.cross_key, self.cross_value)]
+
+    def empty(self, batch: int) -> Feeds:
+        """The cache before the first step: past length 0."""
+        shape = (batch, self.heads, 0, self.head_dim)  # (B, H, 0, Dh)
+        return {name: np.zeros(shape, np.float32) for name in self.past_names()}
+
+    def next_feeds(self, presents: Sequence[np.ndarray]) -> Feeds:
+        """The `present.*` outputs of one step (in `present_names` order) as the next step's `past.*`."""
+        return dict(zip(self.past_names(), presents, strict=True))
+
+
+def check_token_rows(
+    rows: Sequence[Sequence[int]], *, vocab_size: int, limit: int | None, what: str
+) -> list[list[int]]:
+    """Framed token rows as lists of ints, refused before ONNX Runtime sees them (CUDA may clamp bad ids)."""
+    if isinstance(rows, str | bytes) or not isinstance(rows, Sequence):
+        raise InputError(f"give a list of {what}s, each a list of token ids")
+    if len(rows) == 0:
+        raise InputError(f"give at least one {what}")
+    checked = []
+    for index, row in enumerate(rows):
+        if isinstance(row, str | bytes) or not isinstance(row, Sequence | np.ndarray):
+            raise InputError(f"{what} {index} must be a list of token ids, got {type(row).__name__}")
+        if len(row) == 0:
+            raise InputError(f"{what} {index} is empty; it needs at least one token (e.g. <s>)")
+        if any(isinstance(t, bool) or not isinstance(t, int | np.integer) for t in row):
+            raise InputError(f"{what} {index} must hold integer token ids only")
+        ids = [int(t) for t in row]
+        bad = [t for t in ids if not 0 <= t < vocab_size]
+        if bad:
+            raise InputError(
+                f"{what} {index} has token ids {bad[:5]} outside the vocabulary 0 .. {vocab_size - 1}; "
+                "encode text with the export's tokenizer"
+            )
+        if limit is not None and len(ids) > limit:
+            raise InputError(
+                f"{what} {index} has {len(ids)} tokens but the model's context is {limit}; shorten it"
+            )
+        checked.append(ids)
+    return checked
+
+
+def check_stop_tokens(stop_tokens: Collection[int], *, vocab_size: int) -> frozenset[int]:
+    if isinstance(stop_tokens, str | bytes):
+        raise InputError("stop_tokens must be token ids; use stop=[...] for stop strings")
+    ids = list(stop_tokens)
+    if any(
+        isinstance(t, bool) or not isinstance(t, int | np.integer) or not 0 <= t < vocab_size for t in ids
+    ):
+        raise InputError(f"stop_tokens must be token ids in 0 .. {vocab_size - 1}, got {ids}")
+    return frozenset(int(t) for t in ids)
+
+
+def check_max_new_tokens(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+        raise InputError(f"max_new_tokens must be an integer >= 0, got {value!r}")
+    return int(value)
+
+
+def sampling_config(
+    defaults: dict[str, Any],
+    *,
+    temperature: float | None,
+    top_k: int | None,
+    top_p: float | None,
+    seed: int | None,
+) -> SamplingConfig:
+    """The options given, else the export's defaults (manifest `generation`); SamplingConfig checks them."""
+    return SamplingConfig(
+        temperature=defaults.get("temperature", 1.0) if temperature is None else temperature,
+        top_k=defaults.get("top_k", 0) if top_k is None else top_k,
+        top_p=defaults.get("top_p", 1.0) if top_p is None else top_p,
+        seed=seed,
+    )
+
+
+def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of token ids -> ids (B, T) and mask (B, T), int64, padding on the left."""
+    width = max(len(row) for row in rows)
+    ids = np.full((len(rows), width), pad_id, dtype=np.int64)  # (B, T)
+    mask = np.zeros((len(rows), width), dtype=np.int64)  # (B, T)
+    for index, row in enumerate(rows):
+        if len(row):
+            ids[index, width - len(row) :] = row
+            mask[index, width - len(row) :] = 1
+    return ids, mask
+
+
+def right_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of token ids -> ids (B, T) and mask (B, T), int64, padding on the right."""
+    width = max(len(row) for row in rows)
+    ids = np.full((len(rows), width), pad_id, dtype=np.int64)  # (B, T)
+    mask = np.zeros((len(rows), width), dtype=np.int64)  # (B, T)
+    for index, row in enumerate(rows):
+        ids[index, : len(row)] = row
+        mask[index, : len(row)] = 1
+    return ids, mask
+
+
+class Collector:
+    """Per-row token lists that close at a stop token, when the row's budget of steps is spent, or when
+    the caller closes them (stop strings)."""
+
+    def __init__(self, budgets: Sequence[int], stop_tokens: Collection[int]) -> None:
+        self.budgets = list(budgets)
+        self.tokens: list[list[int]] = [[] for _ in budgets]
+        self.reasons: list[str | None] = ["length" if b <= 0 else None for b in budgets]
+        self.stop = frozenset(stop_tokens)
+        self.steps = 0
+
+    def add(self, chosen: np.ndarray) -> list[int]:
+        """Record one step's tokens (B,); returns the rows that took a token."""
+        self.steps += 1
+        grew = []
+        for row, token in enumerate(chosen.tolist()):
+            if self.reasons[row] is not None:
+                continue
+            if token in self.stop:
+                self.reasons[row] = "stop"
+                continue
+            self.tokens[row].append(token)
+            grew.append(row)
+            if self.steps >= self.budgets[row]:
+                self.reasons[row] = "length"
+        return grew
+
+    def close(self, row: int, reason: str) -> None:
+        self.reasons[row] = reason
+
+    def open_rows(self) -> np.ndarray:
+        """(B,) int64: 1 for rows still generating, 0 for closed ones."""
+        return np.array([reason is None for reason in self.reasons], dtype=np.int64)
+
+    @property
+    def done(self) -> bool:
+        return all(reason is not None for reason in self.reasons)
+
+    def result(self) -> list[Generation]:
+        return [Generation(t, r or "length") for t, r in zip(self.tokens, self.reasons, strict=True)]
+
+
+def decode_steps(
+    step: StepFn,
+    ids: np.ndarray,  # (B, T) the first step's tokens (left-padded prompts, or the start token)
+    mask: np.ndarray,  # (B, T)
+    cache: Feeds,  # the empty cache, past length 0
+    *,
+    collector: Collector,
+    sampling: SamplingConfig,
+    pad_id: int,
+    stops_at: Callable[[list[int]], bool] | None = None,
+) -> Iterator[Step]:
+    """Run the loop, yielding after each step; `collector` holds the tokens so far and, at the end, the
+    result. `stops_at(tokens)` closes a row with reason "stop" (stop strings); checked for rows that grew."""
+    sampler = Sampler(sampling, len(ids))
+    while not collector.done:
+        logits, cache = step(ids, mask, cache)  # (B, V)
+        chosen = sampler(logits)  # (B,)
+        grew = collector.add(chosen)
+        if stops_at is not None:
+            for row in grew:
+                if stops_at(collector.tokens[row]):
+                    collector.close(row, "stop")
+        yield Step(logits, chosen)
+        still_open = collector.open_rows()  # (B,)
+        ids = np.where(still_open == 1, chosen, pad_id)[:, None].astype(np.int64)  # (B, 1)
+        mask = np.concatenate([mask, still_open[:, None]], axis=1)  # (B, P + 1)
+
+
+def sequence_score(log_prob: float, length: int, length_penalty: float) -> float:
+    """Beam search's ranking of a finished hypothesis: sum of log-probabilities / length ** penalty."""
+    return log_prob / (length**length_penalty) if length > 0 else 0.0
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """(..., V) -> (..., V) float64 log-probabilities."""
+    shifted = logits.astype(np.float64) - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+@dataclass
+class _Hypotheses:
+    """The finished hypotheses of one input: (score, tokens, reason), in the order they finished."""
+
+    finished: list[tuple[float, list[int], str]]
+
+    def best(self) -> Generation:
+        score, tokens, reason = max(self.finished, key=lambda item: item[0])  # first of equal scores
+        return Generation(tokens, reason, score)
+
+
+def beam_search(
+    step: StepFn,
+    cache: Feeds,  # the empty cache for B * K rows; every array's first axis is the row
+    *,
+    batch: int,
+    num_beams: int,
+    start_token: int,
+    budget: int,
+    stop_tokens: Collection[int],
+    length_penalty: float = 1.0,
+) -> list[Generation]:
+    """Keep the `num_beams` best partial outputs of each input, row b * K + k for beam k of input b.
+
+    Each step scores every (beam, next token) by the beam's summed log-probability plus the token's, and
+    keeps the K best that do not end in a stop token. A stop token among the K best candidates finishes
+    that hypothesis, scored by `sequence_score` with its length counting the stop token. An input is done
+    once K hypotheses finished (early stopping, as Hugging Face's `early_stopping=True`); at the budget,
+    the running beams finish with reason "length". With K = 1 this is exactly greedy decoding.
+    """
+    width = batch * num_beams
+    stop = frozenset(stop_tokens)
+    scores = np.full((batch, num_beams), -np.inf)  # (B, K) summed log-probabilities
+    scores[:, 0] = 0.0  # one live beam at first, so the K first expansions are distinct
+    beams: list[list[list[int]]] = [[[] for _ in range(num_beams)] for _ in range(batch)]
+    results = [_Hypotheses([]) for _ in range(batch)]
+    done = [budget <= 0] * batch
+    ids = np.full((width, 1), start_token, dtype=np.int64)  # (B * K, 1)
+    mask = np.ones((width, 1), dtype=np.int64)  # (B * K, 1)
+    for _ in range(budget):
+        if all(done):
+            break
+        logits, cache = step(ids, mask, cache)  # (B * K, V)
+        vocab = logits.shape[-1]
+        totals = (scores.reshape(-1, 1) + log_softmax(logits)).reshape(batch, num_beams * vocab)  # (B, K*V)
+        source = np.tile(np.arange(num_beams), (batch, 1))  # (B, K) which beam each new beam extends
+        next_ids = np.full((batch, num_beams), start_token, dtype=np.int64)  # (B, K)
+        next_scores = np.full((batch, num_beams), -np.inf)  # (B, K)
+        next_beams: list[list[list[int]]] = []
+        for b in range(batch):
+            kept: list[list[int]] = []
+            if not done[b]:
+                # Stable: of equal scores the lower (beam, token) comes first, as argmax's first maximum.
+                order = np.argsort(-totals[b], kind="stable")[: 2 * num_beams]
+                for rank, flat in enumerate(order.tolist()):
+                    beam, token = divmod(flat, vocab)
+                    total = float(totals[b, flat])
+                    if total == -np.inf:
+                        break
+                    if token in stop:
+                        if rank < num_beams:
+                            tokens = beams[b][beam]
+                            score = sequence_score(total, len(tokens) + 1, length_penalty)
+                            results[b].finished.append((score, tokens, "stop"))
+                        continue
+                    k = len(kept)
+                    source[b, k], next_ids[b, k], next_scores[b, k] = beam, token, total
+                    kept.append([*beams[b][beam], token])
+                    if len(kept) == num_beams:
+                        break
+                done[b] = len(results[b].finished) >= num_beams
+            next_beams.append(kept + [[] for _ in range(num_beams - len(kept))])
+        beams, scores = next_beams, next_scores
+        rows = (np.arange(batch)[:, None] * num_beams + source).reshape(-1)  # (B * K,)
+        cache = {name: value[rows] for name, value in cache.items()}  # reorder by the beam extended
+        ids = next_ids.reshape(-1, 1)  # (B * K, 1)
+        mask = np.concatenate([mask, np.ones((width, 1), dtype=np.int64)], axis=1)  # (B * K, P + 1)
+    for b in range(batch):
+        if not done[b]:
+            for k in range(num_beams):
+                if scores[b, k] > -np.inf:
+                    tokens = beams[b][k]
+                    score = sequence_score(float(scores[b, k]), len(tokens), length_penalty)
+                    results[b].finished.append((score, tokens, "length"))
+        if not results[b].finished:  # budget 0
+            results[b].finished.append((0.0, [], "length"))
+    return [hypotheses.best() for hypotheses in results]
+
+
+def check_length_penalty(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InputError(
+            f"length_penalty must be a finite number (1.0 = average log-probability), got {value!r}"
+        )
+    return float(value)

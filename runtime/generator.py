@@ -1,0 +1,315 @@
+"""GPT text generation on an export folder: `TextGenerator.load(folder).generate("The cat")`.
+
+Prompts are framed <s> + the text's tokens and left padded into one batch; the loop is the PyTorch
+reference's (`onnxformer.builder.generation.generate`), so greedy and seeded sampling give the same tokens,
+and a batch gives what each prompt gives alone. Each row may grow until the model's context (config
+max_len, prompt included) is full. Stop tokens end a row and are left out; stop strings end a row and cut
+its text at their first occurrence.
+"""
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from onnxformer.runtime.decoding import (
+    Collector,
+    Feeds,
+    Generation,
+    Step,
+    check_max_new_tokens,
+    check_stop_tokens,
+    check_token_rows,
+    decode_steps,
+    left_pad,
+    sampling_config,
+)
+from onnxformer.runtime.errors import InputError
+from onnxformer.runtime.loader import ModelExport, open_export
+from onnxformer.runtime.sampling import SamplingConfig
+from onnxformer.runtime.session import Device
+from onnxformer.runtime.tokenizer import REPLACEMENT
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One call's checked options; built before anything runs."""
+
+    rows: list[list[int]]  # framed prompts
+    max_new_tokens: int
+    sampling: SamplingConfig
+    stop_tokens: frozenset[int]
+    stop: tuple[str, ...]  # stop strings
+
+
+class TextGenerator:
+    """A GPT export. Thread-safe: calls share only the ONNX Runtime session and the tokenizer."""
+
+    family = "gpt"
+
+    def __init__(self, export: ModelExport) -> None:
+        export.require_family(self.family)
+        self.export = export
+        self.tokenizer = export.tokenizer
+        self.max_len: int = export.config["max_len"]  # tokens of context, prompt and <s> included
+        self.vocab_size: int = export.config["vocab_size"]
+        self.defaults = dict(export.manifest.generation)
+        self._decoder = export.sessions["decoder"]
+        self._cache = export.cache
+        self._outputs = ["logits", *self._cache.present_names()]
+
+    @classmethod
+    def load(
+        cls, folder: str | os.PathLike, *, device: Device = "auto", threads: int | None = None
+    ) -> "TextGenerator":
+        return cls(open_export(folder, family=cls.family, device=device, threads=threads))
+
+    @property
+    def provider(self) -> str:
+        return self.export.provider
+
+    @property
+    def provider_reason(self) -> str:
+        return self.export.provider_reason
+
+    def generate(
+        self,
+        prompt: str | list[str],
+        *,
+        max_new_tokens: int | None = None,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        stop: list[str] | None = None,
+        stop_tokens: list[int] | None = None,
+    ) -> str | list[str]:
+        """The continuation of `prompt` (a str), or of each prompt (a list in, a list out).
+
+        Options left at None take the export's defaults (manifest `generation`); temperature 0 is greedy.
+        `stop_tokens` replaces the default stop tokens (</s>); `stop` strings end the text before them.
+        """
+        single = isinstance(prompt, str)
+        request = self._request(
+            self._frame([prompt] if single else prompt),
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+            stop=stop,
+            stop_tokens=stop_tokens,
+        )
+        texts = [_cut(self.tokenizer.decode(result.tokens), request.stop) for result in self._run(request)]
+        return texts[0] if single else texts
+
+    def generate_ids(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int | None = None,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        stop_tokens: list[int] | None = None,
+    ) -> list[Generation]:
+        """Generation from framed token ids (<s> included), as the PyTorch reference takes them."""
+        request = self._request(
+            prompts,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+            stop=None,
+            stop_tokens=stop_tokens,
+        )
+        return self._run(request)
+
+    def steps(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int | None = None,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        stop_tokens: list[int] | None = None,
+    ) -> Iterator[Step]:
+        """`generate_ids` one step at a time: the logits (B, V) each step chose from and its tokens (B,)."""
+        request = self._request(
+            prompts,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+            stop=None,
+            stop_tokens=stop_tokens,
+        )
+        return self._loop(request, Collector(self._budgets(request), request.stop_tokens))
+
+    def stream(
+        self,
+        prompt: str,
+        *,
+        max_new_tokens: int | None = None,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        stop: list[str] | None = None,
+        stop_tokens: list[int] | None = None,
+    ) -> Iterator[str]:
+        """The continuation of one prompt in pieces as it is produced; the pieces join to `generate`'s text.
+
+        A piece is only given once it is final: a character split across tokens waits for its last byte,
+        and text that may be the start of a stop string waits until it is not.
+        """
+        if not isinstance(prompt, str):
+            raise InputError(f"stream takes one prompt str, got {type(prompt).__name__}; loop over a list")
+        request = self._request(
+            self._frame([prompt]),
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+            stop=stop,
+            stop_tokens=stop_tokens,
+        )
+        return self._stream(request)  # checked now; runs as the caller iterates
+
+    # The loop.
+
+    def _step(self, ids: np.ndarray, mask: np.ndarray, cache: Feeds) -> tuple[np.ndarray, Feeds]:
+        """ids (B, T), mask (B, P + T) -> logits at the last position (B, V), the cache with T more."""
+        outputs = self._decoder.run({"input_ids": ids, "attention_mask": mask, **cache}, self._outputs)
+        return np.ascontiguousarray(outputs[0][:, -1]), self._cache.next_feeds(outputs[1:])
+
+    def _budgets(self, request: _Request) -> list[int]:
+        # Each row may grow until its own context is full: the last token generated needs no position.
+        return [min(request.max_new_tokens, self.max_len - len(row) + 1) for row in request.rows]
+
+    def _loop(self, request: _Request, collector: Collector) -> Iterator[Step]:
+        ids, mask = left_pad(request.rows, self.tokenizer.special_tokens["pad"])  # (B, T)
+
+        def stops_at(tokens: list[int]) -> bool:
+            return _find_stop(self.tokenizer.decode(tokens), request.stop) >= 0
+
+        return decode_steps(
+            self._step,
+            ids,
+            mask,
+            self._cache.empty(len(request.rows)),
+            collector=collector,
+            sampling=request.sampling,
+            pad_id=self.tokenizer.special_tokens["pad"],
+            stops_at=stops_at if request.stop else None,
+        )
+
+    def _run(self, request: _Request) -> list[Generation]:
+        collector = Collector(self._budgets(request), request.stop_tokens)
+        for _ in self._loop(request, collector):
+            pass
+        return collector.result()
+
+    def _stream(self, request: _Request) -> Iterator[str]:
+        collector = Collector(self._budgets(request), request.stop_tokens)
+        emitted = 0
+        for _ in self._loop(request, collector):
+            text = self.tokenizer.decode(collector.tokens[0])
+            end = len(_cut(text, request.stop))
+            if not collector.done:
+                end = min(end, _final_end(text, request.stop))
+            if end > emitted:
+                yield text[emitted:end]
+                emitted = end
+
+    # Checking inputs.
+
+    def _frame(self, prompts: Sequence[str]) -> list[list[int]]:
+        if isinstance(prompts, str) or not isinstance(prompts, Sequence):
+            raise InputError("prompt must be a str or a list of str")
+        if len(prompts) == 0:
+            raise InputError("give at least one prompt")
+        rows = []
+        for index, prompt in enumerate(prompts):
+            if not isinstance(prompt, str):
+                raise InputError(f"prompt {index} must be a str, got {type(prompt).__name__}")
+            row = [self.tokenizer.special_tokens["bos"], *self.tokenizer.encode(prompt)]
+            if len(row) > self.max_len:
+                raise InputError(
+                    f"prompt {index} is {len(row)} tokens with <s>, but the model's context is "
+                    f"{self.max_len}; shorten the prompt"
+                )
+            rows.append(row)
+        return rows
+
+    def _request(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int | None,
+        temperature: float | None,
+        top_k: int | None,
+        top_p: float | None,
+        seed: int | None,
+        stop: list[str] | None,
+        stop_tokens: list[int] | None,
+    ) -> _Request:
+        rows = check_token_rows(prompts, vocab_size=self.vocab_size, limit=self.max_len, what="prompt")
+        default_stop = self.defaults.get("stop_tokens", [self.tokenizer.special_tokens["eos"]])
+        return _Request(
+            rows=rows,
+            max_new_tokens=check_max_new_tokens(
+                self.defaults.get("max_new_tokens", self.max_len)
+                if max_new_tokens is None
+                else max_new_tokens
+            ),
+            sampling=sampling_config(
+                self.defaults, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed
+            ),
+            stop_tokens=check_stop_tokens(
+                default_stop if stop_tokens is None else stop_tokens, vocab_size=self.vocab_size
+            ),
+            stop=_check_stop_strings(stop),
+        )
+
+
+def _check_stop_strings(stop: list[str] | None) -> tuple[str, ...]:
+    if stop is None:
+        return ()
+    if isinstance(stop, str) or not isinstance(stop, Sequence):
+        raise InputError(f"stop must be a list of strings, e.g. stop=[{stop!r}]")
+    if not all(isinstance(s, str) and s for s in stop):
+        raise InputError(f"stop strings must be non-empty str, got {list(stop)!r}")
+    return tuple(stop)
+
+
+def _find_stop(text: str, stop: tuple[str, ...]) -> int:
+    """Where the first stop string starts in `text`, or -1."""
+    found = [index for index in (text.find(s) for s in stop) if index >= 0]
+    return min(found, default=-1)
+
+
+def _cut(text: str, stop: tuple[str, ...]) -> str:
+    """`text` up to the first stop string."""
+    index = _find_stop(text, stop)
+    return text if index < 0 else text[:index]
+
+
+def _final_end(text: str, stop: tuple[str, ...]) -> int:
+    """How much of `text` can no longer change while generation goes on: not a trailing incomplete
+    character (shown as U+FFFD until its last byte comes), nor a tail that may begin a stop string."""
+    end = len(text.rstrip(REPLACEMENT))
+    hold = 0
+    for s in stop:
+        for size in range(min(len(s) - 1, end), hold, -1):
+            if text[:end].endswith(s[:size]):
+                hold = size
+                break
+    return end - hold

@@ -1,0 +1,222 @@
+"""T5 text to text on an export folder: `TextToText.load(folder).generate("some source text")`.
+
+Sources are framed as the text's tokens + </s> and left padded. The encoder runs once per call and also
+returns each decoder layer's cross-attention keys and values, which every decoder step reuses; the decoder
+starts from decoder_start_token_id (<s>) with the self-attention cache and stops at </s>. Greedy and seeded
+sampling follow the PyTorch reference (`onnxformer.builder.generation.generate_seq2seq`) token for token;
+`num_beams > 1` runs beam search (`onnxformer.runtime.decoding.beam_search`) on the same graphs.
+"""
+
+import os
+from collections.abc import Sequence
+from functools import partial
+
+import numpy as np
+
+from onnxformer.runtime.decoding import (
+    Collector,
+    Feeds,
+    Generation,
+    beam_search,
+    check_length_penalty,
+    check_max_new_tokens,
+    check_stop_tokens,
+    check_token_rows,
+    decode_steps,
+    left_pad,
+    log_softmax,
+    sampling_config,
+)
+from onnxformer.runtime.errors import InputError
+from onnxformer.runtime.loader import ModelExport, open_export
+from onnxformer.runtime.session import Device
+
+
+class TextToText:
+    """A T5 export. Thread-safe: calls share only the ONNX Runtime sessions and the tokenizer."""
+
+    family = "t5"
+
+    def __init__(self, export: ModelExport) -> None:
+        export.require_family(self.family)
+        self.export = export
+        self.tokenizer = export.tokenizer
+        self.max_len: int = export.config["max_len"]  # decoder positions, the start token included
+        self.vocab_size: int = export.config["vocab_size"]
+        self.defaults = dict(export.manifest.generation)
+        self.start_token: int = self.defaults.get(
+            "decoder_start_token_id", export.config.get("decoder_start_token_id", export.special["bos"])
+        )
+        self._encoder = export.sessions["encoder"]
+        self._decoder = export.sessions["decoder"]
+        self._cache = export.cache
+        self._outputs = ["logits", *self._cache.present_names()]
+
+    @classmethod
+    def load(
+        cls, folder: str | os.PathLike, *, device: Device = "auto", threads: int | None = None
+    ) -> "TextToText":
+        return cls(open_export(folder, family=cls.family, device=device, threads=threads))
+
+    @property
+    def provider(self) -> str:
+        return self.export.provider
+
+    @property
+    def provider_reason(self) -> str:
+        return self.export.provider_reason
+
+    def generate(
+        self,
+        text: str | list[str],
+        *,
+        max_new_tokens: int | None = None,
+        num_beams: int = 1,
+        length_penalty: float = 1.0,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        stop_tokens: list[int] | None = None,
+    ) -> str | list[str]:
+        """The output text for `text` (a str), or for each text (a list in, a list out).
+
+        `num_beams=1` decodes greedily or samples (temperature, top_k, top_p, seed; None takes the export's
+        defaults); `num_beams > 1` runs beam search, ranking finished outputs by
+        sum of log-probabilities / length ** length_penalty, and takes no sampling options.
+        """
+        single = isinstance(text, str)
+        results = self.generate_ids(
+            self._frame([text] if single else text),
+            max_new_tokens=max_new_tokens,
+            num_beams=num_beams,
+            length_penalty=length_penalty,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+            stop_tokens=stop_tokens,
+        )
+        texts = [self.tokenizer.decode(result.tokens) for result in results]
+        return texts[0] if single else texts
+
+    def generate_ids(
+        self,
+        sources: Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int | None = None,
+        num_beams: int = 1,
+        length_penalty: float = 1.0,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        stop_tokens: list[int] | None = None,
+    ) -> list[Generation]:
+        """Generation from framed source ids (</s> included), as the PyTorch reference takes them."""
+        rows = check_token_rows(sources, vocab_size=self.vocab_size, limit=self.max_len, what="source")
+        limit = check_max_new_tokens(
+            self.defaults.get("max_new_tokens", self.max_len) if max_new_tokens is None else max_new_tokens
+        )
+        stop = check_stop_tokens(
+            self.defaults.get("stop_tokens", [self.export.special["eos"]])
+            if stop_tokens is None
+            else stop_tokens,
+            vocab_size=self.vocab_size,
+        )
+        if isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 1:
+            raise InputError(f"num_beams must be an integer >= 1 (1 = no beam search), got {num_beams!r}")
+        penalty = check_length_penalty(length_penalty)
+        # The decoder's context is max_len positions, the start token included.
+        budget = min(limit, self.max_len)
+        if num_beams > 1:
+            given = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
+            if any(value is not None for value in given.values()):
+                raise InputError(
+                    "beam search chooses tokens deterministically; leave temperature, top_k, top_p and seed "
+                    "unset, or use num_beams=1 to sample"
+                )
+            memory = self._memory(rows, repeat=num_beams)
+            return beam_search(
+                partial(self._step, memory=memory),
+                self._cache.empty(len(rows) * num_beams),
+                batch=len(rows),
+                num_beams=num_beams,
+                start_token=self.start_token,
+                budget=budget,
+                stop_tokens=stop,
+                length_penalty=penalty,
+            )
+        sampling = sampling_config(
+            self.defaults, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed
+        )
+        memory = self._memory(rows)
+        batch = len(rows)
+        collector = Collector([budget] * batch, stop)
+        steps = decode_steps(
+            partial(self._step, memory=memory),
+            np.full((batch, 1), self.start_token, dtype=np.int64),  # (B, 1)
+            np.ones((batch, 1), dtype=np.int64),  # (B, 1)
+            self._cache.empty(batch),
+            collector=collector,
+            sampling=sampling,
+            pad_id=self.export.special["pad"],
+        )
+        for _ in steps:
+            pass
+        return collector.result()
+
+    def score_ids(self, source: Sequence[int], target: Sequence[int]) -> float:
+        """The log-probability the model gives `target` (ids, e.g. an output + </s>) after the start token,
+        for one framed source: the sum over target tokens, teacher forced in one decoder run."""
+        (row,) = check_token_rows([source], vocab_size=self.vocab_size, limit=self.max_len, what="source")
+        (wanted,) = check_token_rows([target], vocab_size=self.vocab_size, limit=self.max_len, what="target")
+        ids = np.array([[self.start_token, *wanted[:-1]]], dtype=np.int64)  # (1, T)
+        feeds = {
+            "decoder_input_ids": ids,
+            "decoder_attention_mask": np.ones_like(ids),
+            **self._memory([row]),
+            **self._cache.empty(1),
+        }
+        (logits,) = self._decoder.run(feeds, ["logits"])  # (1, T, V)
+        log_probs = log_softmax(logits[0])  # (T, V)
+        return float(log_probs[np.arange(len(wanted)), wanted].sum())
+
+    def _memory(self, rows: list[list[int]], *, repeat: int = 1) -> Feeds:
+        """Encode once: the encoder mask and every layer's cross keys/values, each row repeated `repeat`
+        times in a row (beam k of source b is row b * repeat + k)."""
+        ids, mask = left_pad(rows, self.export.special["pad"])  # (B, S)
+        names = self._cache.cross_names()
+        outputs = self._encoder.run({"input_ids": ids, "attention_mask": mask}, names)  # (B, H, S, Dh) each
+        memory = {"encoder_attention_mask": mask, **dict(zip(names, outputs, strict=True))}
+        if repeat > 1:
+            memory = {name: np.repeat(value, repeat, axis=0) for name, value in memory.items()}
+        return memory
+
+    def _step(
+        self, ids: np.ndarray, mask: np.ndarray, cache: Feeds, *, memory: Feeds
+    ) -> tuple[np.ndarray, Feeds]:
+        """ids (B, T), mask (B, P + T) -> logits at the last position (B, V), the cache with T more."""
+        feeds = {"decoder_input_ids": ids, "decoder_attention_mask": mask, **memory, **cache}
+        outputs = self._decoder.run(feeds, self._outputs)
+        return np.ascontiguousarray(outputs[0][:, -1]), self._cache.next_feeds(outputs[1:])
+
+    def _frame(self, texts: Sequence[str]) -> list[list[int]]:
+        if isinstance(texts, str | bytes) or not isinstance(texts, Sequence):
+            raise InputError("text must be a str or a list of str")
+        if len(texts) == 0:
+            raise InputError("give at least one text")
+        rows = []
+        for index, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise InputError(f"text {index} must be a str, got {type(text).__name__}")
+            if not text:
+                raise InputError(f"text {index} is empty; give the text to transform")
+            row = [*self.tokenizer.encode(text), self.export.special["eos"]]
+            if len(row) > self.max_len:
+                raise InputError(
+                    f"text {index} is {len(row)} tokens with </s>, but the model reads at most "
+                    f"{self.max_len}; shorten the text"
+                )
+            rows.append(row)
+        return rows

@@ -1,0 +1,62 @@
+"""The export's tokenizer, loaded from the bytes the export folder verified (never re-read from the path).
+
+A byte-level BPE `tokenizer.json` with no post-processor: `encode` gives exactly the text's tokens and the
+model classes add <s>, </s>, <cls>, <sep> themselves. A byte-level vocabulary can split one character
+across tokens, so text is always decoded from whole token sequences (see `TextGenerator.stream`).
+"""
+
+from collections.abc import Sequence
+
+from tokenizers import Tokenizer
+
+from onnxformer.runtime.errors import InputError, ManifestError
+
+REPLACEMENT = "\ufffd"  # what decoding shows for bytes that are not (yet) a whole UTF-8 character
+
+
+class TextTokenizer:
+    """Text <-> token ids for one export; stateless after construction, so safe to share across threads."""
+
+    def __init__(self, tokenizer: Tokenizer, special_tokens: dict[str, int]) -> None:
+        self._tokenizer = tokenizer
+        self.special_tokens = dict(special_tokens)  # name -> id: pad, bos, eos, unk, mask, sep, cls
+        self.special_ids = frozenset(self.special_tokens.values())
+        self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, special_tokens: dict[str, int], *, name: str) -> "TextTokenizer":
+        """A tokenizer from verified `tokenizer.json` bytes; `name` is the file, for error messages."""
+        try:
+            tokenizer = Tokenizer.from_str(data.decode("utf-8"))
+        except Exception as error:  # UnicodeDecodeError, or the library's bare Exception on a bad file
+            raise ManifestError(f"{name} is not a tokenizer.json ({error}); re-export the folder") from None
+        size = tokenizer.get_vocab_size(with_added_tokens=True)
+        for key, token_id in special_tokens.items():
+            if token_id >= size:
+                raise ManifestError(
+                    f"special token {key}={token_id} is outside {name}'s vocabulary of {size}; "
+                    "re-export the folder"
+                )
+        return cls(tokenizer, special_tokens)
+
+    def encode(self, text: str) -> list[int]:
+        """The text's token ids, no special tokens added; "" gives []. A special token's text ("<mask>")
+        inside `text` maps to its id."""
+        if not isinstance(text, str):
+            raise InputError(f"text must be a str, got {type(text).__name__}; decode bytes as UTF-8 first")
+        return self._tokenizer.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of `ids` with special tokens left out."""
+        ids = [int(token_id) for token_id in ids]
+        bad = [token_id for token_id in ids if not 0 <= token_id < self.vocab_size]
+        if bad:
+            # The library would drop them silently and return a shorter text.
+            raise InputError(f"token ids {bad[:5]} are outside the vocabulary 0 .. {self.vocab_size - 1}")
+        return self._tokenizer.decode(ids, skip_special_tokens=True)
+
+    def token_text(self, token_id: int) -> str:
+        """One token as text; a special token shows as its own text ("<pad>") rather than vanishing."""
+        if token_id in self.special_ids:
+            return self._tokenizer.id_to_token(token_id)
+        return self.decode([token_id])
