@@ -40,10 +40,12 @@ def _check_file(folder: ExportFolder, entry: FileEntry) -> FileCheck:
     ):
         if promised != actual:
             return FileCheck(entry, f"{entry.path} {what} are {actual}, manifest says {promised}")
-    if entry.parity is not None:
-        worst = max(entry.parity.max_abs_diff.values(), default=0.0)
-        if worst > entry.parity.tolerance:
-            return FileCheck(
-                entry, f"recorded parity {worst:.2e} exceeds tolerance {entry.parity.tolerance:g}"
-            )
+    parity = entry.parity
+    if parity is not None:
+        for name, diff in parity.max_abs_diff.items():
+            allowed = parity.tolerance + parity.rtol * parity.max_abs_value.get(name, 0.0)
+            if diff > allowed:
+                return FileCheck(
+                    entry, f"recorded parity of {name}, {diff:.2e}, exceeds the allowed {allowed:.2e}"
+                )
     return FileCheck(entry, None)
