@@ -5,6 +5,7 @@ from typing import Annotated
 import typer
 
 from onnxformer.cli.blocks import export_blocks_command
+from onnxformer.cli.export import export_command
 from onnxformer.cli.train import train_command
 from onnxformer.cli.verify import verify_command
 
@@ -38,6 +39,7 @@ def _root(
 
 
 app.command("train")(train_command)
+app.command("export")(export_command)
 app.command("export-blocks")(export_blocks_command)
 app.command("verify")(verify_command)
 

@@ -1,0 +1,63 @@
+"""`onnxformer export CHECKPOINT --out DIR`: a trained model to a folder any ONNX Runtime host can run."""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from onnxformer.cli.errors import user_errors
+
+console = Console(highlight=False)
+
+
+def export_command(
+    ctx: typer.Context,
+    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint folder written by `onnxformer train`.")],
+    out: Annotated[Path, typer.Option("--out", help="Export folder to write (replaced if it is an export).")],
+    opset: Annotated[int, typer.Option(help="ONNX opset (17-23).")] = 18,
+    attentions: Annotated[
+        bool, typer.Option("--attentions/--no-attentions", help="Also write the attention-weights graph.")
+    ] = True,
+    blocks: Annotated[
+        bool, typer.Option("--blocks/--no-blocks", help="Also export each block of the model.")
+    ] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the manifest as JSON.")] = False,
+) -> None:
+    """Export the model's graphs (GPT: decoder with KV cache; BERT: encoder; T5: encoder and cached
+    decoder), an attention-weights graph, the model's blocks and tokenizer.json, with a manifest.json that
+    records every file's sha256 and the parity to PyTorch measured at shapes other than the trace shapes.
+    A graph that misses its tolerance fails the export and writes nothing."""
+    with user_errors(ctx):
+        from onnxformer.builder.export.models import export_checkpoint
+
+        with Progress(
+            TextColumn("[bold]exporting[/] {task.description:<36}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        ) as progress:
+            task = progress.add_task("", total=None)
+
+            def advance(name: str, index: int, total: int) -> None:
+                progress.update(task, completed=index, total=total, description=name)
+
+            manifest = export_checkpoint(
+                checkpoint, out, opset=opset, attentions=attentions, blocks=blocks, progress=advance
+            )
+    if as_json:
+        typer.echo(manifest.to_json())
+        return
+    table = Table(title=f"{manifest.family} exported to {out}")
+    for column in ("file", "role", "cases", "max abs diff", "size"):
+        table.add_column(column, overflow="fold")
+    for entry in manifest.files:
+        parity = entry.parity
+        worst = f"{max(parity.max_abs_diff.values()):.1e}" if parity else "-"
+        cases = str(parity.cases) if parity else "-"
+        table.add_row(entry.path, entry.kind, cases, worst, f"{entry.size / 1024:.0f} KiB")
+    console.print(table)
