@@ -6,7 +6,11 @@ BIN := $(VENV)/bin
 EXTRAS ?= cpu,builder,dev
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint clean
+# A second environment without torch proves the runtime needs none of it.
+RUNTIME_VENV ?= .venv-runtime
+RUNTIME_STAMP := $(RUNTIME_VENV)/.installed
+
+.PHONY: setup run test test-runtime lint exported clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,8 +31,27 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: lint
+$(RUNTIME_STAMP): pyproject.toml
+	test -x $(RUNTIME_VENV)/bin/python || $(PYTHON) -m venv $(RUNTIME_VENV)
+	$(RUNTIME_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(RUNTIME_VENV)/bin/python -m pip install --quiet -e ".[cpu]" pytest
+	touch $@
+
+test: lint $(RUNTIME_STAMP)
 	$(BIN)/python -m pytest
+	$(MAKE) test-runtime
+
+# The runtime's tests on the committed reference exports, in the environment without torch.
+test-runtime: $(RUNTIME_STAMP)
+	$(RUNTIME_VENV)/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)"
+	$(RUNTIME_VENV)/bin/python -m pytest tests/runtime -p no:cacheprovider
+
+# Regenerate the reference exports in exported/: train the tiny models with the defaults, export them.
+exported: $(STAMP)
+	for family in gpt bert t5; do \
+	  $(BIN)/onnxformer train $$family --out runs/$$family && \
+	  $(BIN)/onnxformer export runs/$$family --out exported/$$family || exit 1; \
+	done
 
 clean:
 	rm -rf runs .pytest_cache .ruff_cache

@@ -266,6 +266,15 @@ class _Hypotheses:
 
     finished: list[tuple[float, list[int], str]]
 
+    def complete(self, num_beams: int, best_running: float, length: int, length_penalty: float) -> bool:
+        """Whether no running beam (best summed log-probability `best_running`) is likely to do better."""
+        if best_running == -np.inf:  # no beam is running
+            return True
+        if len(self.finished) < num_beams:
+            return False
+        worst_kept = sorted((score for score, _, _ in self.finished), reverse=True)[num_beams - 1]
+        return worst_kept >= sequence_score(best_running, length, length_penalty)
+
     def best(self) -> Generation:
         score, tokens, reason = max(self.finished, key=lambda item: item[0])  # first of equal scores
         return Generation(tokens, reason, score)
@@ -287,8 +296,10 @@ def beam_search(
     Each step scores every (beam, next token) by the beam's summed log-probability plus the token's, and
     keeps the K best that do not end in a stop token. A stop token among the K best candidates finishes
     that hypothesis, scored by `sequence_score` with its length counting the stop token. An input is done
-    once K hypotheses finished (early stopping, as Hugging Face's `early_stopping=True`); at the budget,
-    the running beams finish with reason "length". With K = 1 this is exactly greedy decoding.
+    once K hypotheses finished and the best running beam, scored at its current length, does not beat the
+    worst of the K best finished ones (Hugging Face's default `early_stopping=False` rule); at the budget,
+    the running beams finish with reason "length". With K = 1 this is exactly greedy decoding: a stop token
+    ranked first finishes the only hypothesis and outscores every running candidate.
     """
     width = batch * num_beams
     stop = frozenset(stop_tokens)
@@ -299,7 +310,7 @@ def beam_search(
     done = [budget <= 0] * batch
     ids = np.full((width, 1), start_token, dtype=np.int64)  # (B * K, 1)
     mask = np.ones((width, 1), dtype=np.int64)  # (B * K, 1)
-    for _ in range(budget):
+    for length in range(1, budget + 1):  # tokens in each beam after this step
         if all(done):
             break
         logits, cache = step(ids, mask, cache)  # (B * K, V)
@@ -330,7 +341,7 @@ def beam_search(
                     kept.append([*beams[b][beam], token])
                     if len(kept) == num_beams:
                         break
-                done[b] = len(results[b].finished) >= num_beams
+                done[b] = results[b].complete(num_beams, max(next_scores[b]), length, length_penalty)
             next_beams.append(kept + [[] for _ in range(num_beams - len(kept))])
         beams, scores = next_beams, next_scores
         rows = (np.arange(batch)[:, None] * num_beams + source).reshape(-1)  # (B * K,)

@@ -262,20 +262,17 @@ class TextGenerator:
         stop_tokens: list[int] | None,
     ) -> _Request:
         rows = check_token_rows(prompts, vocab_size=self.vocab_size, limit=self.max_len, what="prompt")
-        default_stop = self.defaults.get("stop_tokens", [self.tokenizer.special_tokens["eos"]])
+        if max_new_tokens is None:
+            max_new_tokens = self.defaults.get("max_new_tokens", self.max_len)
+        if stop_tokens is None:
+            stop_tokens = self.defaults.get("stop_tokens", [self.tokenizer.special_tokens["eos"]])
         return _Request(
             rows=rows,
-            max_new_tokens=check_max_new_tokens(
-                self.defaults.get("max_new_tokens", self.max_len)
-                if max_new_tokens is None
-                else max_new_tokens
-            ),
+            max_new_tokens=check_max_new_tokens(max_new_tokens),
             sampling=sampling_config(
                 self.defaults, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed
             ),
-            stop_tokens=check_stop_tokens(
-                default_stop if stop_tokens is None else stop_tokens, vocab_size=self.vocab_size
-            ),
+            stop_tokens=check_stop_tokens(stop_tokens, vocab_size=self.vocab_size),
             stop=_check_stop_strings(stop),
         )
 

@@ -114,21 +114,8 @@ class TextToText:
         stop_tokens: list[int] | None = None,
     ) -> list[Generation]:
         """Generation from framed source ids (</s> included), as the PyTorch reference takes them."""
-        rows = check_token_rows(sources, vocab_size=self.vocab_size, limit=self.max_len, what="source")
-        limit = check_max_new_tokens(
-            self.defaults.get("max_new_tokens", self.max_len) if max_new_tokens is None else max_new_tokens
-        )
-        stop = check_stop_tokens(
-            self.defaults.get("stop_tokens", [self.export.special["eos"]])
-            if stop_tokens is None
-            else stop_tokens,
-            vocab_size=self.vocab_size,
-        )
         if isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 1:
             raise InputError(f"num_beams must be an integer >= 1 (1 = no beam search), got {num_beams!r}")
-        penalty = check_length_penalty(length_penalty)
-        # The decoder's context is max_len positions, the start token included.
-        budget = min(limit, self.max_len)
         if num_beams > 1:
             given = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
             if any(value is not None for value in given.values()):
@@ -136,25 +123,22 @@ class TextToText:
                     "beam search chooses tokens deterministically; leave temperature, top_k, top_p and seed "
                     "unset, or use num_beams=1 to sample"
                 )
-            memory = self._memory(rows, repeat=num_beams)
-            return beam_search(
-                partial(self._step, memory=memory),
-                self._cache.empty(len(rows) * num_beams),
-                batch=len(rows),
+            return self.beam_search_ids(
+                sources,
                 num_beams=num_beams,
-                start_token=self.start_token,
-                budget=budget,
-                stop_tokens=stop,
-                length_penalty=penalty,
+                length_penalty=length_penalty,
+                max_new_tokens=max_new_tokens,
+                stop_tokens=stop_tokens,
             )
+        rows, budget, stop = self._check(sources, max_new_tokens, stop_tokens)
+        check_length_penalty(length_penalty)
         sampling = sampling_config(
             self.defaults, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed
         )
-        memory = self._memory(rows)
         batch = len(rows)
         collector = Collector([budget] * batch, stop)
         steps = decode_steps(
-            partial(self._step, memory=memory),
+            partial(self._step, memory=self._memory(rows)),
             np.full((batch, 1), self.start_token, dtype=np.int64),  # (B, 1)
             np.ones((batch, 1), dtype=np.int64),  # (B, 1)
             self._cache.empty(batch),
@@ -165,6 +149,32 @@ class TextToText:
         for _ in steps:
             pass
         return collector.result()
+
+    def beam_search_ids(
+        self,
+        sources: Sequence[Sequence[int]],
+        *,
+        num_beams: int,
+        length_penalty: float = 1.0,
+        max_new_tokens: int | None = None,
+        stop_tokens: list[int] | None = None,
+    ) -> list[Generation]:
+        """Beam search from framed source ids; each result carries its score. `num_beams=1` is allowed
+        here (it equals greedy decoding), while `generate` sends 1 to the greedy loop."""
+        if isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 1:
+            raise InputError(f"num_beams must be an integer >= 1, got {num_beams!r}")
+        rows, budget, stop = self._check(sources, max_new_tokens, stop_tokens)
+        penalty = check_length_penalty(length_penalty)
+        return beam_search(
+            partial(self._step, memory=self._memory(rows, repeat=num_beams)),
+            self._cache.empty(len(rows) * num_beams),
+            batch=len(rows),
+            num_beams=num_beams,
+            start_token=self.start_token,
+            budget=budget,
+            stop_tokens=stop,
+            length_penalty=penalty,
+        )
 
     def score_ids(self, source: Sequence[int], target: Sequence[int]) -> float:
         """The log-probability the model gives `target` (ids, e.g. an output + </s>) after the start token,
@@ -200,6 +210,19 @@ class TextToText:
         feeds = {"decoder_input_ids": ids, "decoder_attention_mask": mask, **memory, **cache}
         outputs = self._decoder.run(feeds, self._outputs)
         return np.ascontiguousarray(outputs[0][:, -1]), self._cache.next_feeds(outputs[1:])
+
+    def _check(
+        self, sources: Sequence[Sequence[int]], max_new_tokens: int | None, stop_tokens: list[int] | None
+    ) -> tuple[list[list[int]], int, frozenset[int]]:
+        """Checked source rows, the decoding budget, the stop tokens."""
+        rows = check_token_rows(sources, vocab_size=self.vocab_size, limit=self.max_len, what="source")
+        if max_new_tokens is None:
+            max_new_tokens = self.defaults.get("max_new_tokens", self.max_len)
+        if stop_tokens is None:
+            stop_tokens = self.defaults.get("stop_tokens", [self.export.special["eos"]])
+        stop = check_stop_tokens(stop_tokens, vocab_size=self.vocab_size)
+        # The decoder's context is max_len positions, the start token included.
+        return rows, min(check_max_new_tokens(max_new_tokens), self.max_len), stop
 
     def _frame(self, texts: Sequence[str]) -> list[list[int]]:
         if isinstance(texts, str | bytes) or not isinstance(texts, Sequence):

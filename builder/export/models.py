@@ -32,7 +32,7 @@ from onnxformer.builder.export.model_graphs import (
     PRESENT_VALUE,
     TRACE_BATCH,
 )
-from onnxformer.builder.export.model_parity import MODEL_TOLERANCE, measure_model_parity
+from onnxformer.builder.export.model_parity import MODEL_RTOL, MODEL_TOLERANCE, measure_model_parity
 from onnxformer.builder.tokenizer import SPECIAL_TOKENS, special_tokens
 from onnxformer.builder.training.checkpoint import load_checkpoint
 from onnxformer.runtime.errors import ExportError
@@ -120,6 +120,7 @@ def export_checkpoint(
     *,
     opset: int = DEFAULT_OPSET,
     tolerance: float = MODEL_TOLERANCE,
+    rtol: float = MODEL_RTOL,
     block_tolerance: float = MODEL_TOLERANCE,
     attentions: bool = True,
     blocks: bool = True,
@@ -167,7 +168,9 @@ def export_checkpoint(
             raise ExportError(
                 f"{spec.filename}: ONNX Runtime cannot load the exported graph: {error}"
             ) from error
-        parity = measure_model_parity(family, spec, model, wrapper, session, tolerance=tolerance, seed=seed)
+        parity = measure_model_parity(
+            family, spec, model, wrapper, session, tolerance=tolerance, rtol=rtol, seed=seed
+        )
         inputs, outputs = io_specs(onnx_model)
         files[spec.filename] = data
         entries.append(

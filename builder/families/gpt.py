@@ -25,7 +25,7 @@ from onnxformer.runtime.errors import InputError
 KeyValue = tuple[torch.Tensor, torch.Tensor]  # (B, H, P, Dh) each
 
 GPT_PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": {"d_model": 128, "n_layers": 3, "n_heads": 4, "d_ff": 512, "max_len": 64},
+    "tiny": {"d_model": 128, "n_layers": 2, "n_heads": 4, "d_ff": 256, "max_len": 64},
     "small": {"d_model": 384, "n_layers": 6, "n_heads": 12, "d_ff": 1536, "max_len": 1024},
 }
 
