@@ -95,7 +95,7 @@ def check_token_rows(
     rows: Sequence[Sequence[int]], *, vocab_size: int, limit: int | None, what: str
 ) -> list[list[int]]:
     """Framed token rows as lists of ints, refused before ONNX Runtime sees them (CUDA may clamp bad ids)."""
-    if isinstance(rows, str | bytes) or not isinstance(rows, Sequence):
+    if isinstance(rows, str | bytes) or not isinstance(rows, Sequence | np.ndarray):
         raise InputError(f"give a list of {what}s, each a list of token ids")
     if len(rows) == 0:
         raise InputError(f"give at least one {what}")

@@ -48,6 +48,11 @@ class TextEncoder:
         return cls(open_export(folder, family=cls.family, device=device, threads=threads))
 
     @property
+    def config(self) -> dict:
+        """The model config from the manifest (vocab_size, d_model, n_layers, n_heads, max_len, ...)."""
+        return self.export.config
+
+    @property
     def provider(self) -> str:
         return self.export.provider
 

@@ -55,6 +55,10 @@ class TextGenerator:
         self.max_len: int = export.config["max_len"]  # tokens of context, prompt and <s> included
         self.vocab_size: int = export.config["vocab_size"]
         self.defaults = dict(export.manifest.generation)
+        # What every text prompt starts with: <s>, as in training.
+        self.prefix: list[int] = list(
+            self.defaults.get("prompt_prefix_tokens", [self.tokenizer.special_tokens["bos"]])
+        )
         self._decoder = export.sessions["decoder"]
         self._cache = export.cache
         self._outputs = ["logits", *self._cache.present_names()]
@@ -64,6 +68,11 @@ class TextGenerator:
         cls, folder: str | os.PathLike, *, device: Device = "auto", threads: int | None = None
     ) -> "TextGenerator":
         return cls(open_export(folder, family=cls.family, device=device, threads=threads))
+
+    @property
+    def config(self) -> dict:
+        """The model config from the manifest (vocab_size, d_model, n_layers, n_heads, max_len, ...)."""
+        return self.export.config
 
     @property
     def provider(self) -> str:
@@ -240,7 +249,7 @@ class TextGenerator:
         for index, prompt in enumerate(prompts):
             if not isinstance(prompt, str):
                 raise InputError(f"prompt {index} must be a str, got {type(prompt).__name__}")
-            row = [self.tokenizer.special_tokens["bos"], *self.tokenizer.encode(prompt)]
+            row = [*self.prefix, *self.tokenizer.encode(prompt)]
             if len(row) > self.max_len:
                 raise InputError(
                     f"prompt {index} is {len(row)} tokens with <s>, but the model's context is "

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from onnxformer.runtime.decoding import CacheLayout
-from onnxformer.runtime.errors import ManifestError
+from onnxformer.runtime.errors import ManifestError, OnnxformerError
 from onnxformer.runtime.folder import ExportFolder
 from onnxformer.runtime.manifest import Manifest
 from onnxformer.runtime.session import Device, Session, create_session
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from onnxformer.runtime.generator import TextGenerator
     from onnxformer.runtime.seq2seq import TextToText
 
-# Family -> (the class that runs it, the graphs it needs, the inputs each graph must take).
+# Per family: the class that runs it, the graphs it needs; per graph, the inputs the runtime feeds.
 CLASS_NAMES = {"gpt": "TextGenerator", "bert": "TextEncoder", "t5": "TextToText"}
 ROLES = {"gpt": ("decoder",), "bert": ("encoder",), "t5": ("encoder", "decoder")}
 INPUTS = {
@@ -71,10 +71,7 @@ class ModelExport:
 
     def require_family(self, family: str) -> None:
         if self.family != family:
-            raise ManifestError(
-                f"{self.folder.root} holds a {self.family} export, which {CLASS_NAMES[family]} cannot "
-                f"run; load it with {CLASS_NAMES[self.family]}.load or onnxformer.runtime.load"
-            )
+            raise _wrong_family(self.folder.root, self.family, family)
 
 
 def open_export(
@@ -94,10 +91,7 @@ def open_export(
         )
     actual = str(manifest.family)
     if family is not None and actual != family:
-        raise ManifestError(
-            f"{opened.root} holds a {actual} export, which {CLASS_NAMES[family]} cannot run; "
-            f"load it with {CLASS_NAMES[actual]}.load or onnxformer.runtime.load"
-        )
+        raise _wrong_family(opened.root, actual, family)
     missing = [name for name in SPECIAL_NAMES if name not in manifest.special_tokens]
     if missing:
         raise ManifestError(f"manifest.json: special_tokens lacks {missing}; re-export the folder")
@@ -113,10 +107,26 @@ def open_export(
     sessions = {}
     for role in ROLES[actual]:
         path = manifest.graphs[role]
-        session = create_session(opened.read(path), device=device, threads=threads)
+        data = opened.read(path)
+        try:
+            session = create_session(data, device=device, threads=threads)
+        except OnnxformerError:
+            raise
+        except Exception as error:  # ONNX Runtime's own load errors are untyped
+            raise ManifestError(
+                f"ONNX Runtime cannot load {path} ({str(error).splitlines()[0]}); the export needs opset "
+                f"{manifest.opset}: upgrade onnxruntime or re-export with a lower opset"
+            ) from None
         _check_inputs(session, path, _expected_inputs(actual, role, cache))
         sessions[role] = session
     return ModelExport(opened, tokenizer, sessions, cache)
+
+
+def _wrong_family(root: os.PathLike, actual: str, wanted: str) -> ManifestError:
+    return ManifestError(
+        f"{root} holds a {actual} export, which {CLASS_NAMES[wanted]} cannot run; "
+        f"load it with {CLASS_NAMES[actual]}.load or onnxformer.runtime.load"
+    )
 
 
 def _expected_inputs(family: str, role: str, cache: CacheLayout | None) -> list[str]:

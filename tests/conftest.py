@@ -37,7 +37,9 @@ def tiny_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path
     return {
         family: train(
             root / family,
-            TrainOptions(family, steps=30, batch_size=16, quality_samples=4, model_overrides=TINY_MODEL),
+            TrainOptions(
+                family, steps=30, batch_size=16, eval_every=30, quality_samples=2, model_overrides=TINY_MODEL
+            ),
         ).out
         for family in ("gpt", "bert", "t5")
     }

@@ -1,11 +1,13 @@
 """The torch-free model runtime (TextGenerator, TextEncoder, TextToText) on real export folders.
 
-Three tiny models are trained for 30 steps and exported once per session (or read from the folders named by
-ONNXFORMER_RUNTIME_EXPORTS, holding gpt/, bert/ and t5/, where torch is not installed). Tests in the first
-part use the runtime only; tests in the second part compare with the PyTorch reference loops
-(`onnxformer.builder.generation`) and the PyTorch models, and print the differences they saw.
+Three tiny models, trained for 30 steps, are exported once per session (about 30 s on 2 cores), or
+the exports are read from the folder named by ONNXFORMER_RUNTIME_EXPORTS (gpt/, bert/, t5/, and optionally
+their training checkpoints under checkpoints/), which is how these tests run where torch is not installed.
+Tests in the first part use the runtime only; tests in the last part compare with the PyTorch reference
+loops (`onnxformer.builder.generation`) and the PyTorch models, and print the differences they saw.
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -14,6 +16,7 @@ import sys
 import threading
 import time
 import zlib
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 
@@ -43,7 +46,8 @@ from onnxformer.runtime.manifest import MANIFEST_NAME, Manifest
 from onnxformer.runtime.sampling import SamplingConfig
 
 FAMILIES = ("gpt", "bert", "t5")
-TINY = {"d_model": 32, "n_layers": 2, "n_heads": 4, "d_ff": 64}
+EXPORTS_VARIABLE = "ONNXFORMER_RUNTIME_EXPORTS"
+TINY_MODEL = {"d_model": 32, "n_layers": 2, "n_heads": 4, "d_ff": 64}
 GREEDY = SamplingConfig(temperature=0.0)
 SAMPLED = SamplingConfig(temperature=1.0, top_k=40, top_p=0.9, seed=11)
 TEXTS = ["The cat sat on the mat.", "A dog", "", "the big red fox saw a small bird near the old table"]
@@ -53,28 +57,47 @@ TEXTS = ["The cat sat on the mat.", "A dog", "", "the big red fox saw a small bi
 
 
 @pytest.fixture(scope="session")
-def export_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    given = os.environ.get("ONNXFORMER_RUNTIME_EXPORTS")
+def checkpoint_dirs(request: pytest.FixtureRequest) -> dict[str, Path]:
+    """family -> training checkpoint of the exported model; empty when the exports were given prebuilt
+    without a checkpoints/ folder beside them."""
+    given = os.environ.get(EXPORTS_VARIABLE)
+    if given:
+        folders = {family: Path(given) / "checkpoints" / family for family in FAMILIES}
+        return {family: folder for family, folder in folders.items() if folder.is_dir()}
+    pytest.importorskip("torch")
+    return request.getfixturevalue("tiny_checkpoints")  # shared with the export tests (conftest)
+
+
+@contextlib.contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """PyTorch's thread pool spins when other processes share the 2 cores: on a busy machine one thread
+    runs these tiny models 10x faster, and no slower on an idle one."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.fixture
+def torch_one_thread() -> Iterator[None]:
+    pytest.importorskip("torch")
+    with one_torch_thread():
+        yield
+
+
+@pytest.fixture(scope="session")
+def export_root(request: pytest.FixtureRequest) -> Path:
+    """A folder holding the gpt/, bert/ and t5/ exports."""
+    given = os.environ.get(EXPORTS_VARIABLE)
     if given:
         return Path(given)
     pytest.importorskip("torch")
-    models = pytest.importorskip("onnxformer.builder.export.models")
-    from onnxformer.builder.training import TrainOptions, train
-
-    root = tmp_path_factory.mktemp("runtime_models")
-    for family in FAMILIES:
-        options = TrainOptions(
-            family, steps=30, batch_size=16, eval_every=30, quality_samples=1, model_overrides=TINY
-        )
-        started = time.perf_counter()
-        train(root / "checkpoints" / family, options)
-        trained = time.perf_counter()
-        models.export_checkpoint(root / "checkpoints" / family, root / family, blocks=False, attentions=False)
-        print(
-            f"{family}: trained in {trained - started:.1f} s, "
-            f"exported in {time.perf_counter() - trained:.1f} s"
-        )
-    return root
+    exports = request.getfixturevalue("model_exports")  # shared with the export tests (conftest)
+    return exports["gpt"].parent
 
 
 @pytest.fixture(scope="session")
@@ -92,15 +115,14 @@ def t5(export_root: Path) -> TextToText:
     return TextToText.load(export_root / "t5", device="cpu")
 
 
-def checkpoint_model(export_root: Path, family: str):
+def checkpoint_model(checkpoint_dirs: dict[str, Path], family: str):
     """The PyTorch model the export came from (needs torch and the training checkpoint)."""
     pytest.importorskip("torch")
-    folder = export_root / "checkpoints" / family
-    if not folder.is_dir():
+    if family not in checkpoint_dirs:
         pytest.skip("the exports were given prebuilt, without their checkpoints")
     from onnxformer.builder.training import load_checkpoint
 
-    return load_checkpoint(folder).model.eval()
+    return load_checkpoint(checkpoint_dirs[family]).model.eval()
 
 
 def gpt_prompts(gpt: TextGenerator) -> list[list[int]]:
@@ -115,10 +137,6 @@ def gpt_prompts(gpt: TextGenerator) -> list[list[int]]:
 def t5_sources(t5: TextToText) -> list[list[int]]:
     eos = t5.tokenizer.special_tokens["eos"]
     return [[*t5.tokenizer.encode(text), eos] for text in TEXTS]
-
-
-def export_root_dim(export_root: Path) -> int:
-    return json.loads((export_root / "bert" / MANIFEST_NAME).read_text())["config"]["d_model"]
 
 
 class Forbidden:
@@ -136,6 +154,7 @@ def test_load_picks_the_class_by_family(export_root: Path) -> None:
     for family, cls in classes.items():
         model = load(export_root / family, device="cpu")
         assert type(model) is cls
+        assert model.config["vocab_size"] == model.tokenizer.vocab_size
         assert model.provider == "CPUExecutionProvider"
         assert "cpu" in model.provider_reason
     auto = load(export_root / "gpt")  # device="auto" falls back to CPU and says why
@@ -424,7 +443,9 @@ def test_threads_share_a_model(gpt: TextGenerator, bert: TextEncoder, t5: TextTo
     assert not failures, failures[:5]
 
 
-def test_runtime_runs_without_torch(export_root: Path, gpt: TextGenerator, t5: TextToText) -> None:
+def test_runtime_runs_without_torch(
+    export_root: Path, gpt: TextGenerator, bert: TextEncoder, t5: TextToText
+) -> None:
     code = f"""
 import json, sys
 from onnxformer.runtime import load
@@ -448,7 +469,7 @@ print(json.dumps(out))
     out = json.loads(result.stdout)
     assert out["gpt"] == gpt.generate(["The cat", ""], max_new_tokens=10, temperature=0)
     assert out["stream"] == out["gpt"][0]
-    assert out["embed"] == [2, export_root_dim(export_root)]
+    assert out["embed"] == [2, bert.dim]
     assert out["t5"] == t5.generate("The cat sat on the mat.", max_new_tokens=10)
     assert isinstance(out["beam"], str)
 
@@ -563,10 +584,13 @@ def test_left_pad_and_collector() -> None:
 # Against the PyTorch reference (needs torch and the training checkpoints).
 
 
-def test_gpt_greedy_and_sampling_equal_the_pytorch_loop(export_root: Path, gpt: TextGenerator) -> None:
+@pytest.mark.usefixtures("torch_one_thread")
+def test_gpt_greedy_and_sampling_equal_the_pytorch_loop(
+    checkpoint_dirs: dict[str, Path], gpt: TextGenerator
+) -> None:
     from onnxformer.builder.generation import generate
 
-    model = checkpoint_model(export_root, "gpt")
+    model = checkpoint_model(checkpoint_dirs, "gpt")
     prompts = gpt_prompts(gpt)
     eos = gpt.tokenizer.special_tokens["eos"]
     for sampling, stop in ((GREEDY, [eos]), (SAMPLED, [])):
@@ -583,11 +607,14 @@ def test_gpt_greedy_and_sampling_equal_the_pytorch_loop(export_root: Path, gpt: 
         assert [(r.tokens, r.finish_reason) for r in got] == [(r.tokens, r.finish_reason) for r in expected]
 
 
-def test_gpt_step_logits_match_pytorch(export_root: Path, gpt: TextGenerator, monkeypatch) -> None:
+@pytest.mark.usefixtures("torch_one_thread")
+def test_gpt_step_logits_match_pytorch(
+    checkpoint_dirs: dict[str, Path], gpt: TextGenerator, monkeypatch
+) -> None:
     from onnxformer.builder import generation
     from onnxformer.runtime.sampling import Sampler
 
-    model = checkpoint_model(export_root, "gpt")
+    model = checkpoint_model(checkpoint_dirs, "gpt")
     seen: list[np.ndarray] = []
 
     class Recording(Sampler):
@@ -611,10 +638,13 @@ def test_gpt_step_logits_match_pytorch(export_root: Path, gpt: TextGenerator, mo
     assert worst < 1e-4
 
 
-def test_t5_equals_the_pytorch_loop(export_root: Path, t5: TextToText) -> None:
+@pytest.mark.usefixtures("torch_one_thread")
+def test_t5_equals_the_pytorch_loop(checkpoint_dirs: dict[str, Path], t5: TextToText) -> None:
+    import torch
+
     from onnxformer.builder.generation import generate_seq2seq
 
-    model = checkpoint_model(export_root, "t5")
+    model = checkpoint_model(checkpoint_dirs, "t5")
     sources = t5_sources(t5)
     eos = t5.tokenizer.special_tokens["eos"]
     for sampling, stop in ((GREEDY, [eos]), (SAMPLED, [])):
@@ -630,12 +660,31 @@ def test_t5_equals_the_pytorch_loop(export_root: Path, t5: TextToText) -> None:
         )
         assert [(r.tokens, r.finish_reason) for r in got] == [(r.tokens, r.finish_reason) for r in expected]
     assert max(len(r.tokens) for r in got) == t5.max_len  # the decoder context bounds the output
+    # The log-probability of each sampled output, teacher forced, from both.
+    worst = 0.0
+    for source, result in zip(sources, got, strict=True):
+        target = result.tokens
+        with torch.no_grad():
+            source_ids = torch.tensor([source])
+            memory = model.encode(source_ids).hidden  # (1, S, D)
+            logits = model.decode(
+                torch.tensor([[t5.start_token, *target[:-1]]]),
+                cross_key_values=model.cross_key_values(memory),
+            ).logits[0]  # (T, V)
+        expected = float(torch.log_softmax(logits.double(), dim=-1)[torch.arange(len(target)), target].sum())
+        worst = max(worst, abs(t5.score_ids(source, target) - expected))
+    print(
+        f"T5 teacher-forced log-probability of {len(sources)} outputs of up to {t5.max_len} tokens, "
+        f"ONNX Runtime vs PyTorch: max |diff| {worst:.2e}"
+    )
+    assert worst < 1e-4
 
 
-def test_bert_outputs_match_pytorch(export_root: Path, bert: TextEncoder) -> None:
+@pytest.mark.usefixtures("torch_one_thread")
+def test_bert_outputs_match_pytorch(checkpoint_dirs: dict[str, Path], bert: TextEncoder) -> None:
     import torch
 
-    model = checkpoint_model(export_root, "bert")
+    model = checkpoint_model(checkpoint_dirs, "bert")
     ids, mask = (torch.from_numpy(a) for a in right_pad(bert._frame(TEXTS), 0))
     with torch.no_grad():
         out = model(ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids))
