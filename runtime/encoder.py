@@ -6,7 +6,6 @@ needs. The built-in classifier was trained to tell a well-formed sentence (label
 shuffled (label 0).
 """
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -14,8 +13,7 @@ import numpy as np
 
 from onnxformer.runtime.decoding import right_pad
 from onnxformer.runtime.errors import InputError
-from onnxformer.runtime.loader import ModelExport, open_export
-from onnxformer.runtime.session import Device
+from onnxformer.runtime.loader import ExportModel, ModelExport
 
 MASK_TEXT = "<mask>"
 LABELS = {0: "shuffled", 1: "well-formed"}  # the built-in task's labels
@@ -27,38 +25,16 @@ class Classification:
     probabilities: np.ndarray  # (num_labels,) softmax of the class logits
 
 
-class TextEncoder:
+class TextEncoder(ExportModel):
     """A BERT export. Thread-safe: calls share only the ONNX Runtime session and the tokenizer."""
 
     family = "bert"
 
     def __init__(self, export: ModelExport) -> None:
-        export.require_family(self.family)
-        self.export = export
-        self.tokenizer = export.tokenizer
-        self.max_len: int = export.config["max_len"]  # tokens, <cls> and <sep> included
+        super().__init__(export)
         self.dim: int = export.config["d_model"]
         self.num_labels: int = export.config.get("num_labels", 2)
         self._encoder = export.sessions["encoder"]
-
-    @classmethod
-    def load(
-        cls, folder: str | os.PathLike, *, device: Device = "auto", threads: int | None = None
-    ) -> "TextEncoder":
-        return cls(open_export(folder, family=cls.family, device=device, threads=threads))
-
-    @property
-    def config(self) -> dict:
-        """The model config from the manifest (vocab_size, d_model, n_layers, n_heads, max_len, ...)."""
-        return self.export.config
-
-    @property
-    def provider(self) -> str:
-        return self.export.provider
-
-    @property
-    def provider_reason(self) -> str:
-        return self.export.provider_reason
 
     def embed(self, texts: str | list[str], *, batch_size: int = 32) -> np.ndarray:
         """Sentence embeddings (mean of the real tokens' last hidden states): (N, D) for a list of N texts,

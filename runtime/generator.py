@@ -7,7 +7,6 @@ max_len, prompt included) is full. Stop tokens end a row and are left out; stop 
 its text at their first occurrence.
 """
 
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -26,9 +25,8 @@ from onnxformer.runtime.decoding import (
     sampling_config,
 )
 from onnxformer.runtime.errors import InputError
-from onnxformer.runtime.loader import ModelExport, open_export
+from onnxformer.runtime.loader import ExportModel, ModelExport
 from onnxformer.runtime.sampling import SamplingConfig
-from onnxformer.runtime.session import Device
 from onnxformer.runtime.tokenizer import REPLACEMENT
 
 
@@ -43,17 +41,13 @@ class _Request:
     stop: tuple[str, ...]  # stop strings
 
 
-class TextGenerator:
+class TextGenerator(ExportModel):
     """A GPT export. Thread-safe: calls share only the ONNX Runtime session and the tokenizer."""
 
     family = "gpt"
 
     def __init__(self, export: ModelExport) -> None:
-        export.require_family(self.family)
-        self.export = export
-        self.tokenizer = export.tokenizer
-        self.max_len: int = export.config["max_len"]  # tokens of context, prompt and <s> included
-        self.vocab_size: int = export.config["vocab_size"]
+        super().__init__(export)
         self.defaults = dict(export.manifest.generation)
         # What every text prompt starts with: <s>, as in training.
         self.prefix: list[int] = list(
@@ -62,25 +56,6 @@ class TextGenerator:
         self._decoder = export.sessions["decoder"]
         self._cache = export.cache
         self._outputs = ["logits", *self._cache.present_names()]
-
-    @classmethod
-    def load(
-        cls, folder: str | os.PathLike, *, device: Device = "auto", threads: int | None = None
-    ) -> "TextGenerator":
-        return cls(open_export(folder, family=cls.family, device=device, threads=threads))
-
-    @property
-    def config(self) -> dict:
-        """The model config from the manifest (vocab_size, d_model, n_layers, n_heads, max_len, ...)."""
-        return self.export.config
-
-    @property
-    def provider(self) -> str:
-        return self.export.provider
-
-    @property
-    def provider_reason(self) -> str:
-        return self.export.provider_reason
 
     def generate(
         self,

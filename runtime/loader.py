@@ -9,7 +9,7 @@ and sha256 against the manifest. Sessions are created once here and shared by ev
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from onnxformer.runtime.decoding import CacheLayout
 from onnxformer.runtime.errors import ManifestError, OnnxformerError
@@ -158,3 +158,43 @@ def load(
     classes = {"gpt": TextGenerator, "bert": TextEncoder, "t5": TextToText}
     export = open_export(folder, device=device, threads=threads)
     return classes[export.family](export)
+
+
+ModelT = TypeVar("ModelT", bound="ExportModel")
+
+
+class ExportModel:
+    """What the three runtime classes share: the opened export, its tokenizer and its sessions.
+
+    Thread-safe: calls share only the ONNX Runtime sessions and the tokenizer, never per-call state.
+    """
+
+    family: str
+
+    def __init__(self, export: ModelExport) -> None:
+        export.require_family(self.family)
+        self.export = export
+        self.tokenizer = export.tokenizer
+        self.max_len: int = export.config["max_len"]
+        self.vocab_size: int = export.config["vocab_size"]
+
+    @classmethod
+    def load(
+        cls: type[ModelT], folder: str | os.PathLike, *, device: Device = "auto", threads: int | None = None
+    ) -> ModelT:
+        return cls(open_export(folder, family=cls.family, device=device, threads=threads))
+
+    @property
+    def config(self) -> dict:
+        """The model config from the manifest (vocab_size, d_model, n_layers, n_heads, max_len, ...)."""
+        return self.export.config
+
+    @property
+    def provider(self) -> str:
+        """The ONNX Runtime provider the sessions run on."""
+        return self.export.provider
+
+    @property
+    def provider_reason(self) -> str:
+        """Why that provider (for example why CUDA was not used)."""
+        return self.export.provider_reason

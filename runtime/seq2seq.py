@@ -7,7 +7,6 @@ sampling follow the PyTorch reference (`onnxformer.builder.generation.generate_s
 `num_beams > 1` runs beam search (`onnxformer.runtime.decoding.beam_search`) on the same graphs.
 """
 
-import os
 from collections.abc import Sequence
 from functools import partial
 
@@ -28,21 +27,16 @@ from onnxformer.runtime.decoding import (
     sampling_config,
 )
 from onnxformer.runtime.errors import InputError
-from onnxformer.runtime.loader import ModelExport, open_export
-from onnxformer.runtime.session import Device
+from onnxformer.runtime.loader import ExportModel, ModelExport
 
 
-class TextToText:
+class TextToText(ExportModel):
     """A T5 export. Thread-safe: calls share only the ONNX Runtime sessions and the tokenizer."""
 
     family = "t5"
 
     def __init__(self, export: ModelExport) -> None:
-        export.require_family(self.family)
-        self.export = export
-        self.tokenizer = export.tokenizer
-        self.max_len: int = export.config["max_len"]  # decoder positions, the start token included
-        self.vocab_size: int = export.config["vocab_size"]
+        super().__init__(export)
         self.defaults = dict(export.manifest.generation)
         self.start_token: int = self.defaults.get(
             "decoder_start_token_id", export.config.get("decoder_start_token_id", export.special["bos"])
@@ -51,25 +45,6 @@ class TextToText:
         self._decoder = export.sessions["decoder"]
         self._cache = export.cache
         self._outputs = ["logits", *self._cache.present_names()]
-
-    @classmethod
-    def load(
-        cls, folder: str | os.PathLike, *, device: Device = "auto", threads: int | None = None
-    ) -> "TextToText":
-        return cls(open_export(folder, family=cls.family, device=device, threads=threads))
-
-    @property
-    def config(self) -> dict:
-        """The model config from the manifest (vocab_size, d_model, n_layers, n_heads, max_len, ...)."""
-        return self.export.config
-
-    @property
-    def provider(self) -> str:
-        return self.export.provider
-
-    @property
-    def provider_reason(self) -> str:
-        return self.export.provider_reason
 
     def generate(
         self,
