@@ -33,6 +33,7 @@ def write_folder_atomically(
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
+        os.chmod(staging, 0o755)  # mkdtemp makes it private; the result should read like any folder
         for relative, data in files.items():
             path = staging / relative
             path.parent.mkdir(parents=True, exist_ok=True)

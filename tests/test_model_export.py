@@ -126,3 +126,17 @@ def test_cli_export(tiny_checkpoints, tmp_path: Path) -> None:
     assert [f["path"] for f in manifest["files"]] == ["decoder.onnx", "tokenizer.json"]
     bad = CliRunner().invoke(app, ["export", str(tmp_path / "nothing"), "--out", str(tmp_path / "x")])
     assert bad.exit_code == 1 and "error:" in bad.stderr
+
+
+def test_verify_against_the_checkpoint(model_exports, tiny_checkpoints) -> None:
+    args = ["verify", str(model_exports["gpt"]), "--checkpoint", str(tiny_checkpoints["gpt"]), "--json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["ok"] and report["rechecked"]
+    decoder = next(f for f in report["files"] if f["path"] == "decoder.onnx")
+    print("re-verified decoder:", decoder["outputs"]["logits"])
+    assert decoder["outputs"]["logits"]["max_abs_diff"] <= 1e-4
+    wrong = ["verify", str(model_exports["gpt"]), "--checkpoint", str(tiny_checkpoints["bert"])]
+    mismatch = CliRunner().invoke(app, wrong)
+    assert mismatch.exit_code == 1 and "bert checkpoint, not gpt" in mismatch.stderr

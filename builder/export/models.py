@@ -33,11 +33,13 @@ from onnxformer.builder.export.model_graphs import (
     TRACE_BATCH,
 )
 from onnxformer.builder.export.model_parity import MODEL_RTOL, MODEL_TOLERANCE, measure_model_parity
+from onnxformer.builder.export.parity import measure_parity
+from onnxformer.builder.export.samples import parity_cases
 from onnxformer.builder.tokenizer import SPECIAL_TOKENS, special_tokens
 from onnxformer.builder.training.checkpoint import load_checkpoint
 from onnxformer.runtime.errors import ExportError
-from onnxformer.runtime.folder import sha256_bytes
-from onnxformer.runtime.manifest import FileEntry, Manifest
+from onnxformer.runtime.folder import ExportFolder, sha256_bytes
+from onnxformer.runtime.manifest import FileEntry, Manifest, Parity
 from onnxformer.runtime.session import create_session
 
 logger = logging.getLogger(__name__)
@@ -223,3 +225,49 @@ def export_checkpoint(
     )
     write_export_folder(Path(out), files, manifest)
     return manifest
+
+
+def reverify_export(folder: str | os.PathLike, checkpoint: str | os.PathLike) -> dict[str, Parity]:
+    """Re-run the parity checks of an export against the checkpoint it came from, with the export's own
+    (sha256-checked) files; returns file -> parity and raises `ParityError` on the first miss."""
+    export = ExportFolder.open(folder)
+    manifest = export.manifest
+    if manifest.export_kind != "model":
+        raise ExportError(f"{folder} is a blocks export; --checkpoint applies to model exports")
+    loaded = load_checkpoint(checkpoint, family=manifest.family)
+    model = loaded.model.eval()
+    if dataclasses.asdict(model.config) != manifest.config:
+        raise ExportError(f"{checkpoint} does not hold the model exported to {folder}: the configs differ")
+    results: dict[str, Parity] = {}
+    for spec in GRAPHS[manifest.family]():
+        if spec.filename not in {entry.path for entry in manifest.files}:
+            continue
+        entry = manifest.file(spec.filename)
+        parity = entry.parity
+        session = create_session(export.read(spec.filename), device="cpu")
+        results[spec.filename] = measure_model_parity(
+            manifest.family,
+            spec,
+            model,
+            spec.build(model).eval(),
+            session,
+            tolerance=parity.tolerance if parity else MODEL_TOLERANCE,
+            rtol=parity.rtol if parity else MODEL_RTOL,
+        )
+    config = model.config
+    dims = BlockDims(config.d_model, config.n_heads, config.d_ff, config.max_len)
+    listed = {entry.path for entry in manifest.files}
+    for spec, module in _block_specs(manifest.family, model):
+        if spec.filename not in listed:
+            continue
+        recorded = manifest.file(spec.filename).parity
+        session = create_session(export.read(spec.filename), device="cpu")
+        results[spec.filename] = measure_parity(
+            spec,
+            module.eval(),
+            session,
+            parity_cases(spec),
+            dims=dims,
+            tolerance=recorded.tolerance if recorded else MODEL_TOLERANCE,
+        )
+    return results

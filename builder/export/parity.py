@@ -31,6 +31,7 @@ def measure_parity(
     """Run every case through both; raise `ParityError` on the first output past `tolerance`."""
     generator = torch.Generator().manual_seed(seed)
     worst: dict[str, float] = dict.fromkeys(spec.outputs, 0.0)
+    largest: dict[str, float] = dict.fromkeys(spec.outputs, 0.0)
     module.eval()
     for case in cases:
         inputs = make_inputs(spec, dims, case, generator=generator)
@@ -51,10 +52,12 @@ def measure_parity(
                     f"(tolerance {tolerance:g}); the export is refused"
                 )
             worst[name] = max(worst[name], diff)
+            largest[name] = max(largest[name], float(np.max(np.abs(want))) if want.size else 0.0)
     logger.info("%s parity over %d cases: %s", spec.name, len(cases), worst)
     return Parity(
         tolerance=tolerance,
         cases=len(cases),
         max_abs_diff=worst,
         shapes=tuple(case.label() for case in cases),
+        max_abs_value=largest,
     )
