@@ -23,15 +23,8 @@ setup: $(STAMP)
 # The main job: train the three tiny models, export them (graphs and blocks), verify, then run the exports
 # with the torch-free runtime.
 run: $(STAMP)
-	for family in gpt bert t5; do \
-	  $(BIN)/onnxformer train $$family --out runs/$$family && \
-	  $(BIN)/onnxformer export runs/$$family --out runs/export/$$family && \
-	  $(BIN)/onnxformer verify runs/export/$$family || exit 1; \
-	done
 	$(BIN)/onnxformer export-blocks --out runs/export/blocks
-	$(BIN)/onnxformer generate runs/export/gpt "The cat" "A small dog" --temperature 1.0 --seed 0
-	$(BIN)/onnxformer encode runs/export/bert "The cat sat on the mat." "The cat sat on the rug." "mat the on sat cat The."
-	$(BIN)/onnxformer seq2seq runs/export/t5 "The cat chased the dog." "A small dog saw the red ball under an old table."
+	$(BIN)/onnxformer demo --out runs
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -5,6 +5,7 @@ from typing import Annotated
 import typer
 
 from onnxformer.cli.blocks import export_blocks_command
+from onnxformer.cli.demo import demo_command
 from onnxformer.cli.encode import encode_command
 from onnxformer.cli.export import export_command
 from onnxformer.cli.generate import generate_command
@@ -41,6 +42,7 @@ def _root(
     ctx.obj = {"debug": debug}
 
 
+app.command("demo")(demo_command)
 app.command("train")(train_command)
 app.command("export")(export_command)
 app.command("export-blocks")(export_blocks_command)

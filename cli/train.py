@@ -1,6 +1,8 @@
 """`onnxformer train gpt|bert|t5`: train a model on the built-in corpus (default) or your own data."""
 
+import contextlib
 import json
+from collections.abc import Callable, Iterator
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -13,6 +15,26 @@ from rich.table import Table
 from onnxformer.cli.errors import user_errors
 
 console = Console(highlight=False)
+
+
+@contextlib.contextmanager
+def training_progress(family: str) -> Iterator[Callable[[int, int, float, float], None]]:
+    """A rich progress bar (steps, loss, tokens/s, ETA) on stderr; yields the trainer's progress callback."""
+    with Progress(
+        TextColumn(f"[bold]training {family}[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]:.3f}  {task.fields[speed]:,.0f} tok/s"),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as progress:
+        task = progress.add_task("", total=None, loss=float("nan"), speed=0.0)
+
+        def report(step: int, total: int, loss: float, speed: float) -> None:
+            progress.update(task, completed=step, total=total, loss=loss, speed=speed)
+
+        yield report
 
 
 class FamilyName(str, Enum):
@@ -79,20 +101,7 @@ def train_command(
             model_overrides=overrides,
         )
         target = out or Path("runs") / family.value
-        with Progress(
-            TextColumn(f"[bold]training {family.value}[/]"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("loss {task.fields[loss]:.3f}  {task.fields[speed]:,.0f} tok/s"),
-            TimeRemainingColumn(),
-            console=Console(stderr=True),
-            transient=True,
-        ) as progress:
-            task = progress.add_task("", total=None, loss=float("nan"), speed=0.0)
-
-            def report(step: int, total: int, loss: float, speed: float) -> None:
-                progress.update(task, completed=step, total=total, loss=loss, speed=speed)
-
+        with training_progress(family.value) as report:
             result = train(target, options, resume=resume, progress=report)
     if as_json:
         typer.echo(json.dumps({"out": str(result.out), "metrics": result.metrics}, indent=2))
