@@ -33,7 +33,7 @@ lint: $(STAMP)
 $(RUNTIME_STAMP): pyproject.toml
 	test -x $(RUNTIME_VENV)/bin/python || $(PYTHON) -m venv $(RUNTIME_VENV)
 	$(RUNTIME_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(RUNTIME_VENV)/bin/python -m pip install --quiet -e ".[cpu]" pytest pytest-timeout
+	$(RUNTIME_VENV)/bin/python -m pip install --quiet -e ".[cpu,plot]" pytest pytest-timeout
 	touch $@
 
 test: lint $(RUNTIME_STAMP)
