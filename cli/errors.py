@@ -5,6 +5,7 @@ from collections.abc import Iterator
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from onnxformer.runtime.errors import OnnxformerError
 
@@ -19,5 +20,6 @@ def user_errors(ctx: typer.Context) -> Iterator[None]:
     except OnnxformerError as error:
         if ctx.obj and ctx.obj.get("debug"):
             raise
-        stderr.print(f"[bold red]error:[/] {error}", soft_wrap=True)
+        # Messages may hold brackets ("onnxformer[plot]") that rich would read as markup.
+        stderr.print(f"[bold red]error:[/] {escape(str(error))}", soft_wrap=True)
         raise typer.Exit(1) from None

@@ -1,0 +1,269 @@
+"""What an export folder or a single ONNX file holds, as a plain dict that the CLI renders or prints as JSON.
+
+A folder is described from its manifest.json (`ExportFolder.open`); `verify=True` also re-checks every
+file with `check_export` (size, sha256, ONNX Runtime loads the graph). A single `.onnx` file is loaded in
+ONNX Runtime, which gives its inputs, outputs and metadata_props; when the file sits in an export folder,
+its manifest entry (with the parity figures) comes along. ONNX Runtime does not expose the opset and the
+`onnx` package is not a runtime dependency, so the opset is read from the ModelProto's top-level protobuf
+fields directly.
+"""
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from onnxformer.runtime.check import check_export
+from onnxformer.runtime.errors import ExportError, ManifestError, OnnxformerError
+from onnxformer.runtime.folder import ExportFolder
+from onnxformer.runtime.manifest import MANIFEST_NAME, FileEntry, Manifest, TensorSpec
+from onnxformer.runtime.session import create_session
+
+METADATA_PREFIX = "onnxformer."
+_ORT_DTYPES = {"float": "float32", "double": "float64"}  # ONNX Runtime's "tensor(float)" -> our names
+
+
+def inspect_path(path: str | Path, *, verify: bool = False) -> dict[str, Any]:
+    """An export folder (`"type": "folder"`) or one `.onnx` file (`"type": "file"`), described."""
+    path = Path(path)
+    if not path.exists():
+        raise ManifestError(f"{path} does not exist; pass an export folder or an .onnx file inside one")
+    if path.is_dir():
+        return inspect_folder(path, verify=verify)
+    if path.suffix != ".onnx":
+        raise ManifestError(
+            f"{path} is neither an export folder nor an .onnx file; pass the folder that holds "
+            f"{MANIFEST_NAME} or one of its .onnx files"
+        )
+    return inspect_onnx_file(path, verify=verify)
+
+
+def inspect_folder(path: str | Path, *, verify: bool = False) -> dict[str, Any]:
+    """Everything manifest.json records; with `verify`, each file's check (sha256, size, graph loads)."""
+    folder = ExportFolder.open(path)
+    manifest = folder.manifest
+    result = {
+        "type": "folder",
+        "path": str(path),
+        "export_kind": manifest.export_kind,
+        "family": manifest.family,
+        "format_version": manifest.format_version,
+        "opset": manifest.opset,
+        "versions": dict(manifest.versions),
+        "config": dict(manifest.config),
+        "tokenizer": manifest.tokenizer,
+        "graphs": dict(manifest.graphs),
+        "kv_cache": dict(manifest.kv_cache),
+        "special_tokens": dict(manifest.special_tokens),
+        "generation": dict(manifest.generation),
+        "extra": dict(manifest.extra),
+        "files": [describe_entry(entry, manifest) for entry in manifest.files],
+        "total_size": sum(entry.size for entry in manifest.files),
+        "verify": None,
+    }
+    if verify:
+        checks = [{"path": c.entry.path, "ok": c.ok, "problem": c.problem} for c in check_export(folder)]
+        result["verify"] = {"ok": all(c["ok"] for c in checks), "files": checks}
+    return result
+
+
+def describe_entry(entry: FileEntry, manifest: Manifest) -> dict[str, Any]:
+    """One manifest file entry, with its role: the graph role, "tokenizer", or "block"."""
+    roles = {file: role for role, file in manifest.graphs.items()}
+    role = roles.get(entry.path) or ("tokenizer" if entry.path == manifest.tokenizer else "block")
+    return {
+        "path": entry.path,
+        "role": role,
+        "kind": entry.kind,
+        "size": entry.size,
+        "sha256": entry.sha256,
+        "options": dict(entry.options),
+        "inputs": [_tensor(spec) for spec in entry.inputs],
+        "outputs": [_tensor(spec) for spec in entry.outputs],
+        "parity": None if entry.parity is None else _parity(entry),
+    }
+
+
+def _tensor(spec: TensorSpec) -> dict[str, Any]:
+    return {"name": spec.name, "dtype": spec.dtype, "shape": list(spec.shape)}
+
+
+def _parity(entry: FileEntry) -> dict[str, Any]:
+    parity = entry.parity
+    # The same limit `check_export` applies: tolerance plus rtol per unit of the output's magnitude.
+    allowed = {
+        name: parity.tolerance + parity.rtol * parity.max_abs_value.get(name, 0.0)
+        for name in parity.max_abs_diff
+    }
+    return {
+        "tolerance": parity.tolerance,
+        "rtol": parity.rtol,
+        "cases": parity.cases,
+        "shapes": list(parity.shapes),
+        "max_abs_diff": dict(parity.max_abs_diff),
+        "max_abs_value": dict(parity.max_abs_value),
+        "allowed": allowed,
+        "within_tolerance": all(parity.max_abs_diff[name] <= allowed[name] for name in allowed),
+    }
+
+
+def inspect_onnx_file(path: str | Path, *, verify: bool = False) -> dict[str, Any]:
+    """One graph as ONNX Runtime sees it, plus its manifest entry when it sits in an export folder.
+
+    With `verify`, the file must be listed in that manifest with the same size, sha256, inputs and outputs.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise ManifestError(f"cannot read {path}: {error.strerror}") from None
+    try:
+        session = create_session(data, device="cpu").session
+    except OnnxformerError:
+        raise
+    except Exception as error:  # ONNX Runtime's load errors are untyped
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ExportError(
+            f"{path} is not an ONNX model that ONNX Runtime can load ({first_line}); pass an .onnx file "
+            "written by `onnxformer export` or `onnxformer export-blocks`"
+        ) from None
+    meta = session.get_modelmeta()
+    header = _model_header(data)
+    digest = hashlib.sha256(data).hexdigest()
+    result = {
+        "type": "file",
+        "path": str(path),
+        "size": len(data),
+        "sha256": digest,
+        "ir_version": header.get("ir_version"),
+        "opset": header.get("opsets", {}).get("ai.onnx"),
+        "opset_imports": header.get("opsets", {}),
+        "producer": meta.producer_name,
+        "producer_version": header.get("producer_version"),
+        "graph_name": meta.graph_name,
+        "onnxformer": {},
+        "metadata": {},
+        "inputs": [_ort_tensor(value) for value in session.get_inputs()],
+        "outputs": [_ort_tensor(value) for value in session.get_outputs()],
+        "export": _surrounding_export(path, size=len(data), sha256=digest),
+        "verify": None,
+    }
+    for key, value in sorted(meta.custom_metadata_map.items()):
+        if key.startswith(METADATA_PREFIX):
+            result["onnxformer"][key.removeprefix(METADATA_PREFIX)] = _json_or_text(value)
+        else:
+            result["metadata"][key] = value
+    if verify:
+        problem = _file_problem(result)
+        result["verify"] = {"ok": problem is None, "problem": problem}
+    return result
+
+
+def _ort_tensor(value: Any) -> dict[str, Any]:
+    kind = value.type
+    if kind.startswith("tensor(") and kind.endswith(")"):
+        kind = kind[len("tensor(") : -1]
+        kind = _ORT_DTYPES.get(kind, kind)
+    return {"name": value.name, "dtype": kind, "shape": list(value.shape)}
+
+
+def _json_or_text(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
+def _surrounding_export(path: Path, *, size: int, sha256: str) -> dict[str, Any] | None:
+    """The nearest folder above `path` holding a manifest.json, and what it says about this file."""
+    absolute = path.absolute()
+    for depth, parent in enumerate(absolute.parents):
+        if not (parent / MANIFEST_NAME).is_file():
+            continue
+        shown = path.parents[depth] if depth < len(path.parents) else parent
+        found = {"folder": str(shown), "entry": None, "sha256_matches": None, "problem": None}
+        try:
+            manifest = ExportFolder.open(parent).manifest
+            entry = manifest.file(absolute.relative_to(parent).as_posix())
+        except ManifestError as error:
+            found["problem"] = str(error)
+            return found
+        found["entry"] = describe_entry(entry, manifest)
+        found["sha256_matches"] = size == entry.size and sha256 == entry.sha256
+        return found
+    return None
+
+
+def _file_problem(result: dict[str, Any]) -> str | None:
+    export = result["export"]
+    if export is None:
+        return (
+            f"{result['path']} sits in no export folder, so there is no {MANIFEST_NAME} to verify it against"
+        )
+    if export["entry"] is None:
+        return export["problem"]
+    entry = export["entry"]
+    if not export["sha256_matches"]:
+        return (
+            f"{entry['path']} does not match its size and sha256 in {MANIFEST_NAME}: the file was altered; "
+            "re-export the folder"
+        )
+    for what in ("inputs", "outputs"):
+        actual, promised = [t["name"] for t in result[what]], [t["name"] for t in entry[what]]
+        if actual != promised:
+            return f"{entry['path']} {what} are {actual}, {MANIFEST_NAME} says {promised}"
+    return None
+
+
+def _model_header(data: bytes) -> dict[str, Any]:
+    """ir_version (field 1), producer_version (3) and opset_import (8: {1: domain, 2: version}) of a
+    serialized ModelProto (onnx.proto); {} when the bytes do not parse, so nothing is made up."""
+    header: dict[str, Any] = {"opsets": {}}
+    try:
+        for number, value in _protobuf_fields(memoryview(data)):
+            if number == 1 and isinstance(value, int):
+                header["ir_version"] = value
+            elif number == 3 and isinstance(value, memoryview):
+                header["producer_version"] = bytes(value).decode("utf-8")
+            elif number == 8 and isinstance(value, memoryview):
+                fields = dict(_protobuf_fields(value))
+                domain = bytes(fields.get(1, b"")).decode("utf-8") or "ai.onnx"
+                header["opsets"][domain] = fields.get(2, 0)
+    except (ValueError, UnicodeDecodeError):
+        return {}
+    return header
+
+
+def _protobuf_fields(buffer: memoryview) -> Iterator[tuple[int, int | memoryview]]:
+    """(field number, value) of one protobuf message: varints as ints, everything else as raw bytes."""
+    position = 0
+    while position < len(buffer):
+        key, position = _varint(buffer, position)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, position = _varint(buffer, position)
+        elif wire in (1, 2, 5):
+            if wire == 2:
+                size, position = _varint(buffer, position)
+            else:
+                size = 8 if wire == 1 else 4
+            if position + size > len(buffer):
+                raise ValueError("truncated field")
+            value, position = buffer[position : position + size], position + size
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+        yield number, value
+
+
+def _varint(buffer: memoryview, position: int) -> tuple[int, int]:
+    value = 0
+    for shift in range(0, 70, 7):
+        if position >= len(buffer):
+            raise ValueError("truncated varint")
+        byte = buffer[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, position
+    raise ValueError("varint longer than 10 bytes")
