@@ -25,7 +25,6 @@ setup: $(STAMP)
 run: $(STAMP)
 	$(BIN)/onnxformer export-blocks --out runs/export/blocks
 	$(BIN)/onnxformer demo --out runs
-	$(BIN)/onnxformer attention runs/export/gpt "The cat sat on the mat." --token sat --out runs/attention_gpt.png
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

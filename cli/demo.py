@@ -18,12 +18,17 @@ EXAMPLES = {
     "bert": ["The cat sat on the mat.", "The cat sat on the rug.", "mat the on sat cat The."],
     "t5": ["The cat chased the dog.", "A small dog saw the red ball under an old table."],
 }
+SENTENCE = "The cat sat on the mat."
 METRICS = {"gpt": "grammatical_rate", "bert": "classification_accuracy", "t5": "exact_match"}
 
 
 def demo_command(
     ctx: typer.Context,
     out: Annotated[Path, typer.Option("--out", help="Folder for checkpoints and exports.")] = Path("runs"),
+    steps: Annotated[
+        int | None,
+        typer.Option(help="Training steps per model (default: each family's; fewer for a quick look)."),
+    ] = None,
 ) -> None:
     """Train the tiny GPT, BERT and T5 on the built-in corpus, export them (graphs and blocks), verify the
     exports, run them with the torch-free runtime, and print a summary."""
@@ -33,13 +38,14 @@ def demo_command(
         from onnxformer.builder.export.models import export_checkpoint
         from onnxformer.builder.training import TrainOptions, train
         from onnxformer.runtime import load
+        from onnxformer.runtime.attention import attention_map, save_heatmaps
         from onnxformer.runtime.check import check_export
         from onnxformer.runtime.errors import ExportError
         from onnxformer.runtime.folder import ExportFolder
 
         for family in ("gpt", "bert", "t5"):
             with training_progress(family) as report:
-                result = train(out / family, TrainOptions(family), progress=report)
+                result = train(out / family, TrainOptions(family, steps=steps), progress=report)
             console.print(
                 f"[bold]{family}[/] trained: {METRICS[family]} = {result.metrics[METRICS[family]]:.3f}"
             )
@@ -63,6 +69,10 @@ def demo_command(
                 ]
             worst = max(max(e.parity.max_abs_diff.values()) for e in manifest.files if e.parity)
             rows.append((family, result, export, worst, samples))
+        picture = out / "attention_gpt.png"
+        attention = attention_map(out / "export" / "gpt", SENTENCE, device="cpu")
+        save_heatmaps(attention, picture)
+        weights = attention.row("sat")
     table = Table(title=f"onnxformer demo: done in {time.perf_counter() - started:.0f} s")
     for column in ("model", "trained (held-out)", "export", "max parity diff", "runtime output"):
         table.add_column(column, overflow="fold")
@@ -71,3 +81,10 @@ def demo_command(
         metric += f"{result.metrics['train_seconds']:.0f} s"
         table.add_row(family, metric, str(export), f"{worst:.1e}", "\n".join(samples))
     console.print(table)
+    focus = ", ".join(
+        f"{token} {weight:.2f}"
+        for token, weight in zip(attention.key_tokens, weights, strict=True)
+        if weight >= 0.01
+    )
+    console.print(f"attention from 'sat' in {SENTENCE!r} (gpt, averaged): {focus}")
+    console.print(f"attention heatmaps: {picture}   (see also: onnxformer attention --help)")

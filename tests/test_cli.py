@@ -88,3 +88,35 @@ def test_installed_entry_point_runs(blocks_export: Path, tmp_path: Path) -> None
     bad = subprocess.run([command, "verify", str(tmp_path)], capture_output=True, text=True, check=False)
     assert bad.returncode == 1
     assert bad.stderr.startswith("error:") and "Traceback" not in bad.stderr
+
+
+def test_train_command_json_and_entry_point(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["train", "bert", "--steps", "2", "--out", str(tmp_path / "bert"), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert 0.0 <= report["metrics"]["classification_accuracy"] <= 1.0
+    assert (tmp_path / "bert" / "model.safetensors").is_file()
+    command = str(ENTRY) if ENTRY.exists() else shutil.which("onnxformer")
+    resumed = subprocess.run(
+        [command, "train", "bert", "--steps", "2", "--out", str(tmp_path / "bert"), "--resume", "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    bad = subprocess.run(
+        [command, "train", "bert", "--corpus", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "x")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode == 1 and bad.stderr.strip().startswith("error:") and "Traceback" not in bad.stderr
+
+
+def test_demo_runs_the_whole_path(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["demo", "--out", str(tmp_path), "--steps", "2"])
+    assert result.exit_code == 0, result.output
+    assert "onnxformer demo: done" in result.stdout
+    for family in ("gpt", "bert", "t5"):
+        assert (tmp_path / "export" / family / "manifest.json").is_file()
+    assert (tmp_path / "attention_gpt.png").read_bytes().startswith(b"\x89PNG")
