@@ -106,3 +106,20 @@ def test_cli_refuses_the_wrong_family() -> None:
     result = runner.invoke(app, ["generate", str(EXPORTED / "bert"), "The cat"])
     assert result.exit_code == 1
     assert "bert export" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_installed_entry_point_runs_each_runtime_command() -> None:
+    entry = Path(sys.executable).parent / "onnxformer"
+    runs = {
+        "generate": [str(EXPORTED / "gpt"), "The cat", "--seed", "3", "--temperature", "1.0", "--json"],
+        "encode": [str(EXPORTED / "bert"), "The cat sat.", "cat The sat.", "--json"],
+        "seq2seq": [str(EXPORTED / "t5"), "The cat chased the dog.", "--num-beams", "2", "--json"],
+    }
+    outputs = {}
+    for command, args in runs.items():
+        result = subprocess.run([str(entry), command, *args], capture_output=True, text=True, check=False)
+        assert result.returncode == 0, (command, result.stderr)
+        outputs[command] = json.loads(result.stdout)
+    assert outputs["generate"]["results"][0]["output"].endswith(".")
+    assert [row["label"] for row in outputs["encode"]["results"]] == [1, 0]
+    assert outputs["seq2seq"]["results"][0]["output"] == "The dog was chased by the cat."
