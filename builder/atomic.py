@@ -30,7 +30,13 @@ def write_folder_atomically(
             f"refusing to replace {target}: it is not empty and holds no {marker}, so it is not an "
             f"onnxformer {what}; choose another folder or empty it"
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as problem:
+        raise error(
+            f"cannot create the folder {target.parent} for the {what} ({problem.strerror}); "
+            "choose a path whose parents are folders you can write to"
+        ) from None
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
         os.chmod(staging, 0o755)  # mkdtemp makes it private; the result should read like any folder

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from onnxformer.cli.errors import user_errors
 from onnxformer.cli.train import training_progress
+from onnxformer.runtime.errors import ConfigError
 
 console = Console(highlight=False)
 
@@ -35,6 +36,8 @@ def demo_command(
     started = time.perf_counter()
     rows = []
     with user_errors(ctx):
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"--out {out} is a file; give a folder for the checkpoints and exports")
         from onnxformer.builder.export.models import export_checkpoint
         from onnxformer.builder.training import TrainOptions, train
         from onnxformer.runtime import load

@@ -114,9 +114,31 @@ def test_train_command_json_and_entry_point(tmp_path: Path) -> None:
 
 
 def test_demo_runs_the_whole_path(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["demo", "--out", str(tmp_path), "--steps", "2"])
-    assert result.exit_code == 0, result.output
+    command = str(ENTRY) if ENTRY.exists() else shutil.which("onnxformer")
+    result = subprocess.run(
+        [command, "demo", "--out", str(tmp_path), "--steps", "2"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
     assert "onnxformer demo: done" in result.stdout
     for family in ("gpt", "bert", "t5"):
         assert (tmp_path / "export" / family / "manifest.json").is_file()
     assert (tmp_path / "attention_gpt.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_demo_refuses_a_file_as_out(tmp_path: Path) -> None:
+    target = tmp_path / "file"
+    target.write_text("x")
+    result = runner.invoke(app, ["demo", "--out", str(target), "--steps", "1"])
+    assert result.exit_code == 1 and "error:" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_export_commands_through_the_entry_point(tiny_checkpoints, tmp_path: Path) -> None:
+    command = str(ENTRY) if ENTRY.exists() else shutil.which("onnxformer")
+    runs = [
+        ["export-blocks", "--out", str(tmp_path / "blocks"), "--block", "ffn.relu", "--json"],
+        ["export", str(tiny_checkpoints["bert"]), "--out", str(tmp_path / "bert"), "--no-blocks", "--json"],
+    ]
+    for args in runs:
+        result = subprocess.run([command, *args], capture_output=True, text=True, check=False)
+        assert result.returncode == 0, (args, result.stderr)
+        assert json.loads(result.stdout)["files"]
