@@ -25,7 +25,11 @@ class Generation:
     finish_reason: str  # "stop" (a stop token), "length" (max_new_tokens or the context is full)
 
 
-def _check_prompts(prompts: Sequence[Sequence[int]], limit: int | None, what: str) -> None:
+def _check_request(
+    prompts: Sequence[Sequence[int]], limit: int | None, what: str, max_new_tokens: int
+) -> None:
+    if max_new_tokens < 0:
+        raise InputError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     if not prompts:
         raise InputError(f"give at least one {what}")
     for index, prompt in enumerate(prompts):
@@ -67,9 +71,15 @@ class _Collector:
             if self.steps >= self.budgets[row]:
                 self.reasons[row] = "length"
 
-    def open_rows(self) -> torch.Tensor:
-        """(B,) 1 for rows still generating, 0 for closed ones."""
-        return torch.tensor([reason is None for reason in self.reasons], dtype=torch.long)
+    def feed(self, chosen: np.ndarray, mask: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Record the chosen tokens (B,); return the next step's ids (B, 1) and mask (B, P + 1).
+
+        Closed rows feed padding with mask 0, so their positions stop advancing and stay in range.
+        """
+        self.add(chosen)
+        still_open = torch.tensor([reason is None for reason in self.reasons], dtype=torch.long)  # (B,)
+        ids = torch.where(still_open.bool(), torch.from_numpy(chosen), pad_id)[:, None]  # (B, 1)
+        return ids, torch.cat([mask, still_open[:, None]], dim=1)
 
     @property
     def done(self) -> bool:
@@ -92,9 +102,7 @@ def generate(
     """Continue each prompt (token ids) by up to max_new_tokens, stopping a row at a stop token."""
     model.eval()
     limit = model.config.max_len
-    _check_prompts(prompts, limit, "prompt")
-    if max_new_tokens < 0:
-        raise InputError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    _check_request(prompts, limit, "prompt", max_new_tokens)
     ids, mask = _left_pad(prompts, pad_id)  # (B, T)
     # Each row may grow until its own context is full: the last token generated needs no position.
     budgets = [min(max_new_tokens, limit - len(prompt) + 1) for prompt in prompts]
@@ -104,12 +112,8 @@ def generate(
     while not collector.done:
         out = model(ids, attention_mask=mask, past_key_values=past)
         chosen = sampler(out.logits[:, -1].float().numpy())  # (B,)
-        collector.add(chosen)
         past = out.present
-        # Closed rows feed padding (mask 0), so their positions stop advancing and stay in range.
-        still_open = collector.open_rows()  # (B,)
-        ids = torch.where(still_open.bool(), torch.from_numpy(chosen), pad_id)[:, None]  # (B, 1)
-        mask = torch.cat([mask, still_open[:, None]], dim=1)  # (B, P + 1)
+        ids, mask = collector.feed(chosen, mask, pad_id)
     return collector.result()
 
 
@@ -125,9 +129,7 @@ def generate_seq2seq(
 ) -> list[Generation]:
     """Text to text: encode each source once, then decode from decoder_start_token_id with the cache."""
     model.eval()
-    _check_prompts(sources, None, "source")
-    if max_new_tokens < 0:
-        raise InputError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    _check_request(sources, None, "source", max_new_tokens)
     source_ids, source_mask = _left_pad(sources, pad_id)  # (B, S)
     memory = model.encode(source_ids, attention_mask=source_mask).hidden  # (B, S, D)
     cross = model.cross_key_values(memory)
@@ -147,9 +149,6 @@ def generate_seq2seq(
             past_key_values=past,
         )
         chosen = sampler(out.logits[:, -1].float().numpy())  # (B,)
-        collector.add(chosen)
         past = out.present
-        still_open = collector.open_rows()  # (B,)
-        ids = torch.where(still_open.bool(), torch.from_numpy(chosen), pad_id)[:, None]  # (B, 1)
-        mask = torch.cat([mask, still_open[:, None]], dim=1)  # (B, P + 1)
+        ids, mask = collector.feed(chosen, mask, pad_id)
     return collector.result()

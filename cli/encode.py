@@ -11,6 +11,7 @@ from rich.table import Table
 
 from onnxformer.cli.errors import user_errors
 from onnxformer.cli.options import Device, load_model
+from onnxformer.runtime.encoder import LABELS
 
 console = Console(highlight=False)
 
@@ -42,7 +43,7 @@ def encode_command(
     for column in ("#", "text", "label", "p(label)"):
         table.add_column(column, overflow="fold")
     for index, (text, result) in enumerate(zip(texts, classes, strict=True)):
-        name = {0: "shuffled", 1: "well-formed"}.get(result.label, str(result.label))
+        name = LABELS.get(result.label, str(result.label))
         table.add_row(str(index), text, name, f"{result.probabilities[result.label]:.3f}")
     console.print(table)
     if len(texts) > 1:
