@@ -55,9 +55,15 @@ def export_command(
     table = Table(title=f"{manifest.family} exported to {out}")
     for column in ("file", "role", "cases", "max abs diff", "size"):
         table.add_column(column, overflow="fold")
+    goldens = [entry for entry in manifest.files if entry.kind == "golden"]
     for entry in manifest.files:
+        if entry.kind == "golden":
+            continue
         parity = entry.parity
         worst = f"{max(parity.max_abs_diff.values()):.1e}" if parity else "-"
         cases = str(parity.cases) if parity else "-"
         table.add_row(entry.path, entry.kind, cases, worst, f"{entry.size / 1024:.0f} KiB")
+    if goldens:
+        size = sum(entry.size for entry in goldens) / 1024
+        table.add_row(f"goldens/ ({len(goldens)} files)", "golden", "-", "-", f"{size:.0f} KiB")
     console.print(table)

@@ -11,6 +11,7 @@ from rich.table import Table
 from onnxformer.cli.errors import user_errors
 from onnxformer.runtime.check import check_export
 from onnxformer.runtime.folder import ExportFolder
+from onnxformer.runtime.goldens import GoldenResult, run_goldens
 
 console = Console(highlight=False)
 
@@ -25,18 +26,20 @@ def verify_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
 ) -> None:
     """Check every file of an export against the sha256 in its manifest, load each ONNX graph in ONNX
-    Runtime (CPU) and compare its inputs and outputs with the manifest. With --checkpoint, also run every
-    graph against the PyTorch model again and print the max abs/rel differences per file and output.
-    Exits 1 if anything is wrong."""
+    Runtime (CPU) and compare its inputs and outputs with the manifest, then run the golden test data
+    written at export (each graph on its recorded inputs; token ids, greedy generations and embeddings)
+    and print the differences. With --checkpoint, also run every graph against the PyTorch model again and
+    print the max abs/rel differences per file and output. Exits 1 if anything is wrong."""
     with user_errors(ctx):
         export = ExportFolder.open(folder)
         results = check_export(export)
+        goldens = run_goldens(export) if all(result.ok for result in results) else []
         reverified = {}
         if checkpoint is not None:
             from onnxformer.builder.export.models import reverify_export
 
             reverified = reverify_export(folder, checkpoint)
-    failed = [result for result in results if not result.ok]
+    failed = [result for result in results if not result.ok] + [g for g in goldens if not g.ok]
     rows = []
     for result in results:
         parity = reverified.get(result.entry.path, result.entry.parity)
@@ -49,15 +52,31 @@ def verify_command(
             {"path": result.entry.path, "ok": result.ok, "problem": result.problem, "outputs": outputs}
         )
     if as_json:
-        payload = {"folder": str(folder), "ok": not failed, "rechecked": bool(reverified), "files": rows}
+        payload = {
+            "folder": str(folder),
+            "ok": not failed,
+            "rechecked": bool(reverified),
+            "files": rows,
+            "goldens": [golden.__dict__ | {"ok": golden.ok} for golden in goldens],
+        }
         typer.echo(json.dumps(payload, indent=2))
     else:
         source = "re-run against the checkpoint" if reverified else "recorded at export"
-        table = Table(
-            title=f"{folder}: {len(results) - len(failed)}/{len(results)} files verified ({source})"
-        )
+        passed = sum(result.ok for result in results)
+        table = Table(title=f"{folder}: {passed}/{len(results)} files verified ({source})")
         for column in ("file", "sha256 + load", "output", "max abs diff", "max rel diff"):
             table.add_column(column, overflow="fold")
+        golden_files = [row for row in rows if row["path"].startswith("goldens/")]
+        if golden_files:
+            bad = [row for row in golden_files if not row["ok"]]
+            rows = [row for row in rows if not row["path"].startswith("goldens/")] + [
+                {
+                    "path": f"goldens/ ({len(golden_files)} files)",
+                    "ok": not bad,
+                    "problem": bad[0]["problem"] if bad else None,
+                    "outputs": {},
+                }
+            ]
         for row in rows:
             status = "[green]ok[/]" if row["ok"] else f"[red]{row['problem']}[/]"
             if not row["outputs"]:
@@ -72,5 +91,31 @@ def verify_command(
                     "-" if rel is None else f"{rel:.1e}",
                 )
         console.print(table)
+        console.print(_goldens_table(folder, export, goldens))
     if failed:
         raise typer.Exit(1)
+
+
+def _goldens_table(folder: Path, export: ExportFolder, goldens: list[GoldenResult]) -> Table:
+    """One row per graph (cases passed, worst difference) and per failing or end-to-end golden."""
+    if export.manifest.goldens is None:
+        return Table(title=f"{folder} carries no golden test data (exported before goldens existed)")
+    passed = sum(golden.ok for golden in goldens)
+    table = Table(title=f"goldens: {passed}/{len(goldens)} cases pass")
+    for column in ("file", "cases", "max abs diff", "allowed there", "problem"):
+        table.add_column(column, overflow="fold")
+    by_file: dict[str, list[GoldenResult]] = {}
+    for golden in goldens:
+        by_file.setdefault(golden.file, []).append(golden)
+    for file, cases in by_file.items():
+        measured = [case for case in cases if case.max_abs_diff is not None]
+        worst = max(measured, key=lambda case: case.max_abs_diff, default=None)
+        problems = [f"{case.label}: {case.problem}" for case in cases if not case.ok]
+        table.add_row(
+            file,
+            f"{sum(case.ok for case in cases)}/{len(cases)}",
+            "-" if worst is None else f"{worst.max_abs_diff:.1e}",
+            "-" if worst is None else f"{worst.allowed:.1e}",
+            "[red]" + "; ".join(problems[:3]) + "[/]" if problems else "[green]ok[/]",
+        )
+    return table

@@ -52,6 +52,43 @@ class FileEntry:
     parity: Parity | None = None
 
 
+@dataclass(frozen=True)
+class GoldenCase:
+    """One golden run of a graph: `dir` holds input_i.pb and output_i.pb (ONNX backend test-data layout),
+    numbered in the order of `inputs` and `outputs` (the graph's own order)."""
+
+    dir: str
+    label: str  # the shape, e.g. "cached step B=3 P=9 T=1"
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+    def input_files(self) -> list[str]:
+        return [f"{self.dir}/input_{i}.pb" for i in range(len(self.inputs))]
+
+    def output_files(self) -> list[str]:
+        return [f"{self.dir}/output_{i}.pb" for i in range(len(self.outputs))]
+
+
+@dataclass(frozen=True)
+class GoldenGraph:
+    """The golden cases of one ONNX file. A case passes when every output has the golden's shape and
+    max |got - golden| <= atol + rtol * max |golden| (fp32 rounding grows with the numbers' size)."""
+
+    file: str
+    atol: float
+    rtol: float
+    cases: tuple[GoldenCase, ...]
+    note: str = ""  # why this file needs more than the default tolerance, when it does
+
+
+@dataclass(frozen=True)
+class Goldens:
+    """Test data written at export time from PyTorch (see docs/goldens.md)."""
+
+    graphs: tuple[GoldenGraph, ...]
+    end_to_end: str | None = None  # goldens/end_to_end.json for model exports
+
+
 EXPORT_KINDS = ("blocks", "model")
 FAMILIES = ("gpt", "bert", "t5")
 
@@ -82,6 +119,7 @@ class Manifest:
     kv_cache: dict[str, Any] = field(default_factory=dict)
     generation: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    goldens: Goldens | None = None
 
     def file(self, path: str) -> FileEntry:
         for entry in self.files:
@@ -214,10 +252,70 @@ def _parse_manifest(data: Any) -> Manifest:
         kv_cache=_optional(data, "kv_cache", dict),
         generation=_optional(data, "generation", dict),
         extra=_optional(data, "extra", dict),
+        goldens=_parse_goldens(data.get("goldens"), "goldens"),
     )
+    if manifest.goldens is not None:
+        _check_goldens(manifest)
     if kind == "model":
         _check_model_fields(manifest)
     return manifest
+
+
+def _parse_goldens(item: Any, where: str) -> Goldens | None:
+    if item is None:
+        return None
+    if not isinstance(item, dict):
+        raise _fail(where, "must be an object or null")
+    graphs = []
+    for i, graph in enumerate(_get(item, "graphs", list, f"{where}.")):
+        at = f"{where}.graphs[{i}]."
+        if not isinstance(graph, dict):
+            raise _fail(at[:-1], "must be an object")
+        cases = []
+        for j, case in enumerate(_get(graph, "cases", list, at)):
+            case_at = f"{at}cases[{j}]."
+            if not isinstance(case, dict):
+                raise _fail(case_at[:-1], "must be an object")
+            names = {key: _get(case, key, list, case_at) for key in ("inputs", "outputs")}
+            for key, values in names.items():
+                if not all(isinstance(value, str) for value in values):
+                    raise _fail(f"{case_at}{key}", "must be a list of names")
+            cases.append(
+                GoldenCase(
+                    _get(case, "dir", str, case_at),
+                    _get(case, "label", str, case_at),
+                    tuple(names["inputs"]),
+                    tuple(names["outputs"]),
+                )
+            )
+        tolerances = {key: float(_get(graph, key, (int, float), at)) for key in ("atol", "rtol")}
+        if any(not value >= 0 for value in tolerances.values()):
+            raise _fail(f"{at}atol/rtol", "must be numbers >= 0")
+        graphs.append(
+            GoldenGraph(
+                _get(graph, "file", str, at),
+                cases=tuple(cases),
+                note=_get(graph, "note", str, at) if "note" in graph else "",
+                **tolerances,
+            )
+        )
+    end_to_end = _get(item, "end_to_end", (str, type(None)), f"{where}.") if "end_to_end" in item else None
+    return Goldens(tuple(graphs), end_to_end)
+
+
+def _check_goldens(manifest: Manifest) -> None:
+    """Every golden file must be a listed (so sha256-checked) file."""
+    listed = {entry.path for entry in manifest.files}
+    goldens = manifest.goldens
+    for i, graph in enumerate(goldens.graphs):
+        if graph.file not in listed:
+            raise _fail(f"goldens.graphs[{i}].file", f"names {graph.file!r}, which is not in files")
+        for case in graph.cases:
+            for path in case.input_files() + case.output_files():
+                if path not in listed:
+                    raise _fail(f"goldens of {graph.file}", f"use {path!r}, which is not in files")
+    if goldens.end_to_end is not None and goldens.end_to_end not in listed:
+        raise _fail("goldens.end_to_end", f"names {goldens.end_to_end!r}, which is not in files")
 
 
 def _optional(data: dict, key: str, kind: type) -> Any:

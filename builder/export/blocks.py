@@ -17,12 +17,13 @@ import torch
 
 from onnxformer.builder.export.catalog import BlockDims, BlockSpec, block_catalog
 from onnxformer.builder.export.folder import write_export_folder
+from onnxformer.builder.export.goldens import GoldenRecorder, block_golden_labels, golden_entries
 from onnxformer.builder.export.graph import DEFAULT_OPSET, check_opset, export_graph, io_specs
-from onnxformer.builder.export.parity import DEFAULT_TOLERANCE, measure_parity
+from onnxformer.builder.export.parity import DEFAULT_TOLERANCE, Record, measure_parity
 from onnxformer.builder.export.samples import TRACE_CASE, dynamic_axes, make_inputs, parity_cases
 from onnxformer.runtime.errors import ExportError
 from onnxformer.runtime.folder import sha256_bytes
-from onnxformer.runtime.manifest import FileEntry, Manifest
+from onnxformer.runtime.manifest import FileEntry, GoldenGraph, Goldens, Manifest
 from onnxformer.runtime.session import create_session
 
 logger = logging.getLogger(__name__)
@@ -74,11 +75,12 @@ def export_block(
     tolerance: float = DEFAULT_TOLERANCE,
     seed: int = 0,
     metadata: dict[str, object] | None = None,
+    record: Record | None = None,
 ) -> tuple[bytes, FileEntry]:
     """Export one block and prove it; return the file's bytes and its manifest entry.
 
     Without `module` the block is built with random weights (`build_block`); a trained model's own block
-    comes in as `module` and is exported as it is.
+    comes in as `module` and is exported as it is. `record` sees every parity case (see `goldens`).
     """
     if module is None:
         module = build_block(spec, dims=dims, seed=seed)
@@ -97,7 +99,14 @@ def export_block(
     except Exception as error:
         raise ExportError(f"{spec.name}: ONNX Runtime cannot load the exported graph: {error}") from error
     parity = measure_parity(
-        spec, module, session, parity_cases(spec), dims=dims, tolerance=tolerance, seed=seed + 1
+        spec,
+        module,
+        session,
+        parity_cases(spec),
+        dims=dims,
+        tolerance=tolerance,
+        seed=seed + 1,
+        record=record,
     )
     inputs, outputs = io_specs(model)
     entry = FileEntry(
@@ -111,6 +120,17 @@ def export_block(
         parity=parity,
     )
     return data, entry
+
+
+def export_block_with_goldens(
+    spec: BlockSpec, **options
+) -> tuple[dict[str, bytes], list[FileEntry], GoldenGraph]:
+    """`export_block` plus its golden cases: (path -> bytes of the graph and its goldens, their manifest
+    entries, the goldens' manifest record)."""
+    recorder = GoldenRecorder(block_golden_labels(parity_cases(spec)))
+    data, entry = export_block(spec, record=recorder, **options)
+    golden_files, graph = recorder.write(entry.path, entry.inputs, entry.outputs)
+    return {entry.path: data, **golden_files}, [entry, *golden_entries(golden_files)], graph
 
 
 def export_blocks(
@@ -128,18 +148,23 @@ def export_blocks(
     specs = select_blocks(names)
     files: dict[str, bytes] = {}
     entries = []
+    graphs = []
     for index, spec in enumerate(specs):
         if progress is not None:
             progress(spec.name, index, len(specs))
-        data, entry = export_block(spec, dims=dims, opset=opset, tolerance=tolerance, seed=seed)
-        files[entry.path] = data
-        entries.append(entry)
+        block_files, block_entries, graph = export_block_with_goldens(
+            spec, dims=dims, opset=opset, tolerance=tolerance, seed=seed
+        )
+        files |= block_files
+        entries += block_entries
+        graphs.append(graph)
     manifest = Manifest(
         export_kind="blocks",
         opset=opset,
         versions=tool_versions(),
         files=tuple(entries),
         extra={"seed": seed},
+        goldens=Goldens(tuple(graphs)),
     )
     write_export_folder(Path(out), files, manifest)
     return manifest

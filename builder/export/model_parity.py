@@ -13,6 +13,7 @@ import torch.utils._pytree as pytree
 from torch import nn
 
 from onnxformer.builder.export.model_graphs import GraphSpec
+from onnxformer.builder.export.parity import Record
 from onnxformer.runtime.errors import ParityError
 from onnxformer.runtime.manifest import Parity
 from onnxformer.runtime.session import Session
@@ -48,7 +49,9 @@ def _empty_cache(model: nn.Module, batch: int):
 
 @torch.no_grad()
 def gpt_decoder_cases(model, generator: torch.Generator) -> Iterator[tuple[str, dict[str, Any]]]:
-    for batch, length in ((1, 7), (3, 9), (2, 1)):
+    long = model.config.max_len - 4  # learned positions end at max_len; leave room for the cached steps
+    shapes = [(1, 7), (3, 9), (2, 1)] + ([(2, long)] if long > 9 else [])
+    for batch, length in shapes:
         ids, mask = _ids(model, batch, length, generator), _mask(batch, length, left=True)
         yield (
             f"first step B={batch} T={length}",
@@ -71,7 +74,7 @@ def gpt_decoder_cases(model, generator: torch.Generator) -> Iterator[tuple[str, 
 
 
 def _plain_cases(model, generator, *, left: bool, names: tuple[str, ...]):
-    for batch, length in ((1, 4), (4, 17), (2, 1)):
+    for batch, length in ((1, 4), (4, 17), (2, 1), (2, model.config.max_len)):
         inputs = {
             "input_ids": _ids(model, batch, length, generator),
             "attention_mask": _mask(batch, length, left=left),
@@ -97,7 +100,7 @@ def t5_encoder_cases(model, generator):
 
 @torch.no_grad()
 def t5_decoder_cases(model, generator: torch.Generator):
-    for batch, source in ((1, 4), (3, 11)):
+    for batch, source in ((1, 4), (3, 11), (2, model.config.max_len)):
         source_mask = _mask(batch, source, left=False)
         memory = model.encode(_ids(model, batch, source, generator), attention_mask=source_mask).hidden
         cross = model.cross_key_values(memory)
@@ -162,6 +165,7 @@ def measure_model_parity(
     tolerance: float = MODEL_TOLERANCE,
     rtol: float = MODEL_RTOL,
     seed: int = 0,
+    record: Record | None = None,
 ) -> Parity:
     layers = model.config.n_layers
     input_names = list(spec.dim_names(layers))
@@ -175,7 +179,8 @@ def measure_model_parity(
         with torch.no_grad():
             expected = wrapper(**inputs)
         leaves = pytree.tree_leaves(inputs)
-        got = session.run({name: leaf.numpy() for name, leaf in zip(input_names, leaves, strict=True)})
+        feeds = {name: leaf.numpy() for name, leaf in zip(input_names, leaves, strict=True)}
+        got = session.run(feeds)
         for name, want, have in zip(output_names, expected, got, strict=True):
             want = want.numpy()
             if want.shape != have.shape:
@@ -193,6 +198,13 @@ def measure_model_parity(
             worst[name] = max(worst[name], diff)
             largest[name] = max(largest[name], scale)
         labels.append(label)
+        if record is not None:
+            record(
+                label,
+                feeds,
+                {name: tensor.numpy() for name, tensor in zip(output_names, expected, strict=True)},
+                dict(zip(output_names, got, strict=True)),
+            )
     return Parity(
         tolerance=tolerance,
         cases=len(labels),

@@ -18,9 +18,16 @@ from torch import nn
 
 from onnxformer.builder.export import catalog
 from onnxformer.builder.export import wrappers as block_wrappers
-from onnxformer.builder.export.blocks import export_block, tool_versions
+from onnxformer.builder.export.blocks import export_block_with_goldens, tool_versions
 from onnxformer.builder.export.catalog import BlockDims, BlockSpec
 from onnxformer.builder.export.folder import write_export_folder
+from onnxformer.builder.export.goldens import (
+    END_TO_END_FILE,
+    GoldenRecorder,
+    end_to_end,
+    golden_entries,
+    sentence_embedder,
+)
 from onnxformer.builder.export.graph import DEFAULT_OPSET, check_opset, export_graph, io_specs
 from onnxformer.builder.export.model_graphs import (
     CROSS_KEY,
@@ -39,7 +46,7 @@ from onnxformer.builder.tokenizer import SPECIAL_TOKENS, special_tokens
 from onnxformer.builder.training.checkpoint import load_checkpoint
 from onnxformer.runtime.errors import ExportError
 from onnxformer.runtime.folder import ExportFolder, sha256_bytes
-from onnxformer.runtime.manifest import FileEntry, Manifest, Parity
+from onnxformer.runtime.manifest import FileEntry, Goldens, Manifest, Parity
 from onnxformer.runtime.session import create_session
 
 logger = logging.getLogger(__name__)
@@ -151,6 +158,8 @@ def export_checkpoint(
     total = len(graph_specs) + len(block_specs)
     files: dict[str, bytes] = {}
     entries: list[FileEntry] = []
+    golden_graphs = []
+    embed = None  # BERT: input ids -> sentence embedding through the encoder graph's wrapper
     for index, spec in enumerate(graph_specs):
         if progress is not None:
             progress(spec.filename, index, total)
@@ -170,10 +179,24 @@ def export_checkpoint(
             raise ExportError(
                 f"{spec.filename}: ONNX Runtime cannot load the exported graph: {error}"
             ) from error
+        recorder = GoldenRecorder()
         parity = measure_model_parity(
-            family, spec, model, wrapper, session, tolerance=tolerance, rtol=rtol, seed=seed
+            family,
+            spec,
+            model,
+            wrapper,
+            session,
+            tolerance=tolerance,
+            rtol=rtol,
+            seed=seed,
+            record=recorder,
         )
         inputs, outputs = io_specs(onnx_model)
+        golden_files, golden_graph = recorder.write(spec.filename, inputs, outputs)
+        files |= golden_files
+        golden_graphs.append(golden_graph)
+        if family == "bert" and spec.role == "encoder":
+            embed = sentence_embedder(wrapper, spec.output_names(layers))
         files[spec.filename] = data
         entries.append(
             FileEntry(
@@ -187,11 +210,12 @@ def export_checkpoint(
                 parity,
             )
         )
+        entries += golden_entries(golden_files)
     dims = BlockDims(config.d_model, config.n_heads, config.d_ff, config.max_len)
     for index, (spec, module) in enumerate(block_specs, start=len(graph_specs)):
         if progress is not None:
             progress(spec.filename, index, total)
-        data, entry = export_block(
+        block_files, (entry, *block_goldens), golden_graph = export_block_with_goldens(
             spec,
             dims=dims,
             module=module.eval(),
@@ -200,8 +224,9 @@ def export_checkpoint(
             seed=seed,
             metadata=essentials,
         )
-        files[entry.path] = data
-        entries.append(dataclasses.replace(entry, kind="block"))
+        files |= block_files
+        entries += [dataclasses.replace(entry, kind="block"), *block_goldens]
+        golden_graphs.append(golden_graph)
     tokenizer_bytes = loaded.tokenizer.to_str(pretty=True).encode()
     files[TOKENIZER_FILE] = tokenizer_bytes
     entries.append(
@@ -209,6 +234,11 @@ def export_checkpoint(
             TOKENIZER_FILE, sha256_bytes(tokenizer_bytes), len(tokenizer_bytes), "tokenizer", {}, (), ()
         )
     )
+    generation = _generation(family, config, special)
+    special_ids = {name: getattr(special, name) for name in SPECIAL_TOKENS}
+    end_to_end_bytes = end_to_end(family, model, loaded.tokenizer, special_ids, generation, embed)
+    files[END_TO_END_FILE] = end_to_end_bytes
+    entries += golden_entries({END_TO_END_FILE: end_to_end_bytes})
     manifest = Manifest(
         export_kind="model",
         opset=opset,
@@ -217,11 +247,12 @@ def export_checkpoint(
         family=family,
         config=dataclasses.asdict(config),
         tokenizer=TOKENIZER_FILE,
-        special_tokens={name: getattr(special, name) for name in SPECIAL_TOKENS},
+        special_tokens=special_ids,
         graphs={spec.role: spec.filename for spec in graph_specs},
         kv_cache=_kv_cache(family, config),
-        generation=_generation(family, config, special),
+        generation=generation,
         extra={"checkpoint_step": loaded.step, "metrics": loaded.metrics},
+        goldens=Goldens(tuple(golden_graphs), END_TO_END_FILE),
     )
     write_export_folder(Path(out), files, manifest)
     return manifest

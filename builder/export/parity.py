@@ -1,7 +1,7 @@
 """PyTorch vs ONNX Runtime on the same inputs: the proof that an exported graph computes the same thing."""
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -16,6 +16,8 @@ from onnxformer.runtime.session import Session
 logger = logging.getLogger(__name__)
 
 DEFAULT_TOLERANCE = 1e-5  # fp32 max abs difference, no rtol
+# (case label, inputs, PyTorch outputs, ONNX Runtime outputs), by name: how goldens are collected.
+Record = Callable[[str, dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]], None]
 
 
 def measure_parity(
@@ -27,8 +29,10 @@ def measure_parity(
     dims: BlockDims,
     tolerance: float = DEFAULT_TOLERANCE,
     seed: int = 0,
+    record: Record | None = None,
 ) -> Parity:
-    """Run every case through both; raise `ParityError` on the first output past `tolerance`."""
+    """Run every case through both; raise `ParityError` on the first output past `tolerance`.
+    `record` sees every case that passed."""
     generator = torch.Generator().manual_seed(seed)
     worst: dict[str, float] = dict.fromkeys(spec.outputs, 0.0)
     largest: dict[str, float] = dict.fromkeys(spec.outputs, 0.0)
@@ -37,7 +41,8 @@ def measure_parity(
         inputs = make_inputs(spec, dims, case, generator=generator)
         with torch.no_grad():
             expected = module(**inputs)
-        got = session.run({name: tensor.numpy() for name, tensor in inputs.items()})
+        feeds = {name: tensor.numpy() for name, tensor in inputs.items()}
+        got = session.run(feeds)
         for name, want, have in zip(spec.outputs, expected, got, strict=True):
             want = want.numpy()
             if want.shape != have.shape:
@@ -53,6 +58,14 @@ def measure_parity(
                 )
             worst[name] = max(worst[name], diff)
             largest[name] = max(largest[name], float(np.max(np.abs(want))) if want.size else 0.0)
+        if record is not None:
+            names = list(spec.outputs)
+            record(
+                case.label(),
+                feeds,
+                {name: tensor.numpy() for name, tensor in zip(names, expected, strict=True)},
+                dict(zip(names, got, strict=True)),
+            )
     logger.info("%s parity over %d cases: %s", spec.name, len(cases), worst)
     return Parity(
         tolerance=tolerance,

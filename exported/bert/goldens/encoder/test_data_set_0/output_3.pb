@@ -1,0 +1,1 @@
+Bclass_logitsJ6V>^ßn¾

@@ -1,0 +1,1 @@
+Bclass_logitsJ~´D@¼kUÀQÇò½¯¥b>

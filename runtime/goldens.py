@@ -1,0 +1,179 @@
+"""Running an export's golden test data through this runtime (format: docs/goldens.md).
+
+    results = run_goldens(ExportFolder.open("exported/gpt"))
+    assert all(result.ok for result in results)
+
+Graph goldens feed each ONNX file its recorded inputs and compare with the PyTorch outputs written at
+export; end-to-end goldens check the tokenizer ids, the greedy generations (exact ids) and the sentence
+embeddings through the runtime's own classes. Every golden file is read through `ExportFolder.read`, so
+its sha256 is checked first.
+"""
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from onnxformer.runtime.errors import ManifestError, OnnxformerError
+from onnxformer.runtime.folder import ExportFolder
+from onnxformer.runtime.manifest import GoldenCase, GoldenGraph
+from onnxformer.runtime.session import Device, create_session
+from onnxformer.runtime.tensorproto import read_tensor
+
+END_TO_END = "end_to_end"
+
+
+@dataclass(frozen=True)
+class GoldenResult:
+    file: str  # the ONNX file, or "end_to_end"
+    label: str  # the case ("cached step B=3 P=9 T=1", "greedy 'the cat'", ...)
+    problem: str | None  # None when the case passed
+    max_abs_diff: float | None = None  # largest |got - golden| over the outputs (None: exact checks)
+    allowed: float | None = None  # the tolerance at that output
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+
+@dataclass(frozen=True)
+class LoadedCase:
+    graph: GoldenGraph
+    case: GoldenCase
+    inputs: dict[str, np.ndarray]
+    expected: dict[str, np.ndarray]
+
+
+def golden_cases(export: ExportFolder) -> Iterator[LoadedCase]:
+    """Every graph golden case with its tensors read (sha256-checked) from the folder."""
+    goldens = export.manifest.goldens
+    if goldens is None:
+        return
+    for graph in goldens.graphs:
+        for case in graph.cases:
+            inputs = _tensors(export, case.input_files(), case.inputs)
+            expected = _tensors(export, case.output_files(), case.outputs)
+            yield LoadedCase(graph, case, inputs, expected)
+
+
+def _tensors(export: ExportFolder, paths: list[str], names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    tensors = {}
+    for path, name in zip(paths, names, strict=True):
+        found, value = read_tensor(export.read(path), source=path)
+        if found != name:
+            raise ManifestError(f"{path} holds tensor {found!r} but the manifest says {name!r}; re-export")
+        tensors[name] = value
+    return tensors
+
+
+def compare(loaded: LoadedCase, got: dict[str, np.ndarray]) -> GoldenResult:
+    """`got` (output name -> array) against the goldens of one case, with the graph's atol and rtol."""
+    graph, case = loaded.graph, loaded.case
+    worst, worst_allowed = 0.0, graph.atol
+    for name, want in loaded.expected.items():
+        have = got.get(name)
+        if have is None:
+            return GoldenResult(graph.file, case.label, f"output {name} is missing")
+        if have.shape != want.shape:
+            return GoldenResult(graph.file, case.label, f"{name} has shape {have.shape}, golden {want.shape}")
+        diff = float(np.max(np.abs(have.astype(np.float64) - want))) if want.size else 0.0
+        allowed = graph.atol + graph.rtol * (float(np.max(np.abs(want))) if want.size else 0.0)
+        if not np.isfinite(diff) or diff > allowed:
+            return GoldenResult(
+                graph.file, case.label, f"{name} differs by {diff:.3g} (allowed {allowed:.3g})", diff, allowed
+            )
+        if diff >= worst:
+            worst, worst_allowed = diff, allowed
+    return GoldenResult(graph.file, case.label, None, worst, worst_allowed)
+
+
+def run_graph_goldens(export: ExportFolder, *, device: Device = "cpu") -> list[GoldenResult]:
+    """Every graph golden case through ONNX Runtime; a failing case does not stop the others."""
+    sessions: dict[str, object] = {}
+    results = []
+    for loaded in golden_cases(export):
+        file = loaded.graph.file
+        try:
+            if file not in sessions:
+                sessions[file] = create_session(export.read(file), device=device)
+            outputs = sessions[file].run(loaded.inputs, list(loaded.case.outputs))
+        except OnnxformerError as error:
+            results.append(GoldenResult(file, loaded.case.label, str(error)))
+            continue
+        except Exception as error:  # ONNX Runtime's own errors are untyped
+            message = str(error).splitlines()[0] if str(error) else type(error).__name__
+            results.append(GoldenResult(file, loaded.case.label, f"ONNX Runtime failed: {message}"))
+            continue
+        results.append(compare(loaded, dict(zip(loaded.case.outputs, outputs, strict=True))))
+    return results
+
+
+def run_end_to_end(export: ExportFolder, *, device: Device = "cpu") -> list[GoldenResult]:
+    """The end-to-end goldens (tokenizer, greedy generation, embeddings) through the runtime's classes."""
+    goldens = export.manifest.goldens
+    if goldens is None or goldens.end_to_end is None:
+        return []
+    from onnxformer.runtime.loader import load  # the model classes sit above this module
+
+    try:
+        data = json.loads(export.read(goldens.end_to_end).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ManifestError(
+            f"{goldens.end_to_end} is not valid JSON ({error}); re-export the folder"
+        ) from None
+    model = load(export.root, device=device)
+    try:
+        results = [_tokenizer_case(model, item) for item in data.get("tokenizer", [])]
+        results += [_greedy_case(model, item) for item in data.get("greedy", [])]
+        embeddings = data.get("embeddings")
+        if embeddings:
+            results += [_embedding_case(model, embeddings, item) for item in embeddings["items"]]
+    except (KeyError, TypeError, AttributeError) as error:
+        raise ManifestError(
+            f"{goldens.end_to_end} has a missing or mistyped field ({error!r}); re-export the folder"
+        ) from None
+    return results
+
+
+def run_goldens(export: ExportFolder, *, device: Device = "cpu") -> list[GoldenResult]:
+    """Graph goldens, then end-to-end goldens."""
+    return run_graph_goldens(export, device=device) + run_end_to_end(export, device=device)
+
+
+def _tokenizer_case(model, item: dict) -> GoldenResult:
+    label = f"tokenize {item['text']!r}"
+    got = model.tokenizer.encode(item["text"])
+    if got != item["ids"]:
+        return GoldenResult(END_TO_END, label, f"ids {got} differ from the golden {item['ids']}")
+    return GoldenResult(END_TO_END, label, None)
+
+
+def _greedy_case(model, item: dict) -> GoldenResult:
+    label = f"greedy {item['prompt']!r}"
+    options = {"max_new_tokens": item["max_new_tokens"], "stop_tokens": item["stop_tokens"]}
+    (result,) = model.generate_ids([item["input_ids"]], temperature=0.0, **options)  # GPT and T5 alike
+    if result.tokens != item["output_ids"] or result.finish_reason != item["finish_reason"]:
+        return GoldenResult(
+            END_TO_END,
+            label,
+            f"generated {result.tokens} ({result.finish_reason}), golden {item['output_ids']} "
+            f"({item['finish_reason']})",
+        )
+    return GoldenResult(END_TO_END, label, None)
+
+
+def _embedding_case(model, embeddings: dict, item: dict) -> GoldenResult:
+    label = f"embed {item['text']!r}"
+    special = model.tokenizer.special_tokens
+    framed = [special["cls"], *model.tokenizer.encode(item["text"]), special["sep"]]
+    if framed != item["input_ids"]:
+        return GoldenResult(
+            END_TO_END, label, f"input ids {framed} differ from the golden {item['input_ids']}"
+        )
+    want = np.asarray(item["embedding"], dtype=np.float64)
+    got = model.embed(item["text"]).astype(np.float64)
+    diff = float(np.max(np.abs(got - want)))
+    allowed = float(embeddings["atol"]) + float(embeddings["rtol"]) * float(np.max(np.abs(want)))
+    problem = None if diff <= allowed else f"embedding differs by {diff:.3g} (allowed {allowed:.3g})"
+    return GoldenResult(END_TO_END, label, problem, diff, allowed)
