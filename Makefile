@@ -10,7 +10,11 @@ STAMP := $(VENV)/.installed
 RUNTIME_VENV ?= .venv-runtime
 RUNTIME_STAMP := $(RUNTIME_VENV)/.installed
 
-.PHONY: setup run test test-runtime lint exported clean
+# The Node.js host (hosts/node): installed from the npm registry; ONNXRUNTIME_NODE_INSTALL=skip keeps
+# onnxruntime-node from downloading CUDA files (its CPU binaries are in the package).
+NODE_HOST ?= hosts/node
+
+.PHONY: setup run test test-runtime test-node lint exported clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,17 +37,23 @@ lint: $(STAMP)
 $(RUNTIME_STAMP): pyproject.toml
 	test -x $(RUNTIME_VENV)/bin/python || $(PYTHON) -m venv $(RUNTIME_VENV)
 	$(RUNTIME_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(RUNTIME_VENV)/bin/python -m pip install --quiet -e ".[cpu,plot]" pytest pytest-timeout
+	$(RUNTIME_VENV)/bin/python -m pip install --quiet -e ".[cpu,plot]" pytest pytest-timeout hypothesis "tract==0.23.9"
 	touch $@
 
 test: lint $(RUNTIME_STAMP)
 	$(BIN)/python -m pytest
 	$(MAKE) test-runtime
+	$(MAKE) test-node
 
 # The runtime's tests on the committed reference exports, in the environment without torch.
 test-runtime: $(RUNTIME_STAMP)
 	$(RUNTIME_VENV)/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)"
 	$(RUNTIME_VENV)/bin/python -m pytest tests/runtime -p no:cacheprovider
+
+# The reference exports' goldens under onnxruntime-node (native) and onnxruntime-web (WebAssembly).
+test-node:
+	cd $(NODE_HOST) && ONNXRUNTIME_NODE_INSTALL=skip npm ci --no-audit --no-fund --loglevel=error
+	cd $(NODE_HOST) && node --test
 
 # Regenerate the reference exports in exported/: train the tiny models with the defaults, export them.
 exported: $(STAMP)

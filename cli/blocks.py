@@ -57,12 +57,15 @@ def export_blocks_command(
     if as_json:
         typer.echo(manifest.to_json())
         return
-    table = Table(title=f"{len(manifest.files)} blocks exported to {out} (opset {opset})")
+    graphs = [entry for entry in manifest.files if entry.kind != "golden"]
+    table = Table(title=f"{len(graphs)} blocks exported to {out} (opset {opset})")
     for column in ("file", "cases", "max abs diff (output: diff)", "size"):
         table.add_column(column, justify="right" if column in ("cases", "size") else "left", overflow="fold")
-    for entry in manifest.files:
+    for entry in graphs:
         diffs = ", ".join(f"{name}: {value:.1e}" for name, value in entry.parity.max_abs_diff.items())
         table.add_row(entry.path, str(entry.parity.cases), diffs, f"{entry.size / 1024:.0f} KiB")
+    goldens = len(manifest.files) - len(graphs)
+    table.add_row(f"goldens/ ({goldens} files)", "-", "-", "-")
     console.print(table)
-    worst = max(max(e.parity.max_abs_diff.values()) for e in manifest.files)
+    worst = max(max(e.parity.max_abs_diff.values()) for e in graphs)
     console.print(f"largest difference to PyTorch: {worst:.2e} (tolerance {tolerance:g})")

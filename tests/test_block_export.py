@@ -58,14 +58,19 @@ def test_parity_cases_avoid_trace_shape_and_cover_edges(spec) -> None:
 def test_manifest_lists_every_block_with_sha_and_io(blocks_export: Path) -> None:
     folder = ExportFolder.open(blocks_export)
     manifest = folder.manifest
-    assert [entry.path for entry in manifest.files] == [spec.filename for spec in CATALOG]
+    graphs = [entry for entry in manifest.files if entry.kind != "golden"]
+    assert [entry.path for entry in graphs] == [spec.filename for spec in CATALOG]
     assert manifest.export_kind == "blocks"
     assert {"torch", "onnx", "onnxruntime"} <= set(manifest.versions)
     for entry in manifest.files:
         assert sha256_bytes((blocks_export / entry.path).read_bytes()) == entry.sha256
-        assert entry.inputs and entry.outputs
+    assert all(entry.inputs and entry.outputs for entry in graphs)
     on_disk = sorted(p.name for p in blocks_export.iterdir())
-    assert on_disk == sorted([*(spec.filename for spec in CATALOG), MANIFEST_NAME])
+    assert on_disk == sorted([*(spec.filename for spec in CATALOG), MANIFEST_NAME, "goldens"])
+    listed = {entry.path for entry in manifest.files}
+    assert {
+        p.relative_to(blocks_export).as_posix() for p in (blocks_export / "goldens").rglob("*.pb")
+    } <= listed
 
 
 @pytest.mark.parametrize("spec", CATALOG, ids=lambda spec: spec.name)
@@ -138,7 +143,7 @@ def test_re_export_replaces_atomically(tmp_path: Path) -> None:
     out = tmp_path / "blocks"
     export_blocks(out, names=["residual.pre_ln"])
     export_blocks(out, names=["residual.post_ln"])
-    assert sorted(p.name for p in out.iterdir()) == [MANIFEST_NAME, "residual.post_ln.onnx"]
+    assert sorted(p.name for p in out.iterdir()) == ["goldens", MANIFEST_NAME, "residual.post_ln.onnx"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blocks"]
 
 

@@ -31,7 +31,8 @@ def test_export_blocks_json_then_verify(tmp_path: Path) -> None:
     result = runner.invoke(app, ["export-blocks", "--out", str(out), "--block", "ffn.relu", "--json"])
     assert result.exit_code == 0, result.output
     manifest = json.loads(result.stdout)
-    assert [f["path"] for f in manifest["files"]] == ["ffn.relu.onnx"]
+    assert [f["path"] for f in manifest["files"] if f["kind"] != "golden"] == ["ffn.relu.onnx"]
+    assert [graph["file"] for graph in manifest["goldens"]["graphs"]] == ["ffn.relu.onnx"]
     assert manifest["files"][0]["parity"]["max_abs_diff"]["output"] <= 1e-5
     result = runner.invoke(app, ["verify", str(out), "--json"])
     assert result.exit_code == 0, result.output

@@ -61,7 +61,7 @@ def test_missing_file_is_reported(blocks_copy: Path) -> None:
 
 def _point_entry_at(folder: Path, path: str) -> None:
     manifest = json.loads((folder / MANIFEST_NAME).read_text())
-    manifest["files"][0]["path"] = path
+    manifest["goldens"]["graphs"][0]["file"] = manifest["files"][0]["path"] = path
     (folder / MANIFEST_NAME).write_text(json.dumps(manifest))
 
 

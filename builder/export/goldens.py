@@ -44,8 +44,17 @@ TOKENIZER_TEXTS = (
     "",
     "a <mask> inside the text",
 )
-GPT_PROMPTS = ("", "the cat", "a dog near the house", "the teacher")
-T5_SOURCES = ("the cat sees the dog", "a teacher finds the old book", "the bird")
+# (prompt, max_new_tokens, stop at </s>): most rows end at a stop token; a small budget ends one by
+# length, and a long GPT prompt without stop tokens runs into the end of the context (a row generates at
+# most max_len - len(input_ids) + 1 tokens).
+GPT_PROMPTS = (
+    ("", 24, True),
+    ("the cat", 24, True),
+    ("a dog near the house", 24, True),
+    ("the teacher", 3, True),
+    ("the cat sees the dog . " * 5, 24, False),
+)
+T5_SOURCES = (("the cat sees the dog", 32), ("a teacher finds the old book", 32), ("the bird", 2))
 BERT_SENTENCES = ("the cat sees the dog", "a dog near the house sleeps", "", "the")
 
 
@@ -171,18 +180,23 @@ def end_to_end(
     stop = list(generation.get("stop_tokens", [special["eos"]]))
     if family == "gpt":
         data["greedy"] = []
-        for prompt in GPT_PROMPTS:
+        for prompt, budget, stops in GPT_PROMPTS:
             fed = [*generation.get("prompt_prefix_tokens", [special["bos"]]), *ids(prompt)]
-            (result,) = generate(model, [fed], max_new_tokens=24, stop_tokens=stop, pad_id=special["pad"])
-            data["greedy"].append(_greedy(prompt, fed, 24, stop, result))
+            if len(fed) >= model.config.max_len:
+                continue  # a model with a shorter context than this prompt
+            row_stop = stop if stops else []
+            (result,) = generate(
+                model, [fed], max_new_tokens=budget, stop_tokens=row_stop, pad_id=special["pad"]
+            )
+            data["greedy"].append(_greedy(prompt, fed, budget, row_stop, result))
     elif family == "t5":
         data["greedy"] = []
-        for source in T5_SOURCES:
+        for source, budget in T5_SOURCES:
             fed = [*ids(source), special["eos"]]
             (result,) = generate_seq2seq(
-                model, [fed], max_new_tokens=32, stop_tokens=stop, pad_id=special["pad"]
+                model, [fed], max_new_tokens=budget, stop_tokens=stop, pad_id=special["pad"]
             )
-            data["greedy"].append(_greedy(source, fed, 32, stop, result))
+            data["greedy"].append(_greedy(source, fed, budget, stop, result))
     else:
         if embed is None:
             raise ParityError("BERT end-to-end goldens need the encoder graph's embedder")

@@ -102,6 +102,10 @@ def export_graph(
     model = program.model_proto
     if dim_names is not None:
         _rename_dims(model, dim_names)
+    # The exporter annotates intermediate tensors with its own shape symbols (s18, s0 + s28). They are
+    # optional, and engines that trust them fail: tract cannot unify them with the input axes (nor prove
+    # total_sequence == past_sequence + sequence). Every engine infers the shapes itself.
+    del model.graph.value_info[:]
     entries = {"onnxformer.format_version": FORMAT_VERSION, **(metadata or {})}
     for key, value in entries.items():
         prop = model.metadata_props.add()

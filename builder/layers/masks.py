@@ -21,7 +21,9 @@ def causal_mask(query_length: int, key_length: int, *, device: torch.device) -> 
     past = key_length - query_length
     query_pos = torch.arange(query_length, device=device) + past  # (T,)
     key_pos = torch.arange(key_length, device=device)  # (S,)
-    return (key_pos[None, :] <= query_pos[:, None])[None, None]  # (1, 1, T, S)
+    # "not after" rather than `<=`: the same mask, but tract 0.23 miscompiles an exported LessOrEqual of
+    # two ranges when the past folds to 0 (wrong broadcast shape, or a panic at T=1); Greater + Not is safe.
+    return (~(key_pos[None, :] > query_pos[:, None]))[None, None]  # (1, 1, T, S)
 
 
 def combine(*masks: torch.Tensor | None) -> torch.Tensor | None:

@@ -1,0 +1,118 @@
+/**
+ * The ONNX engines this host runs on, behind one interface so every model and golden shares one code path:
+ *
+ * - "native": onnxruntime-node, the CPU build of ONNX Runtime as a Node addon;
+ * - "wasm": onnxruntime-web's WebAssembly backend, what a browser runs, here loaded in Node.
+ *
+ * Each engine module carries its own Tensor class, so tensors are always made through the engine that
+ * will run them. Sessions are created from the checked bytes of a file, never from its path.
+ */
+
+import { InputError, ManifestError } from "./errors.js";
+
+export const ENGINES = {
+  native: { module: "onnxruntime-node", provider: "cpu" },
+  wasm: { module: "onnxruntime-web", provider: "wasm" },
+};
+
+export class Engine {
+  constructor(name, ort, { threads }) {
+    this.name = name;
+    this.ort = ort;
+    this.threads = threads;
+  }
+
+  /** A session over the checked bytes of `entry` (a manifest file entry); names checked against it. */
+  async createSession(bytes, entry) {
+    const options = { executionProviders: [ENGINES[this.name].provider], graphOptimizationLevel: "all" };
+    if (this.threads !== undefined && this.name === "native") {
+      options.intraOpNumThreads = this.threads;
+      options.interOpNumThreads = 1;
+    }
+    let session;
+    try {
+      session = await this.ort.InferenceSession.create(bytes, options);
+    } catch (error) {
+      throw new ManifestError(`the ${this.name} engine cannot load ${entry.path}: ${firstLine(error)}`);
+    }
+    for (const [what, promised, actual] of [
+      ["inputs", (entry.inputs ?? []).map((spec) => spec.name), session.inputNames],
+      ["outputs", (entry.outputs ?? []).map((spec) => spec.name), session.outputNames],
+    ]) {
+      if (promised.join("\n") !== actual.join("\n")) {
+        await session.release();
+        throw new ManifestError(
+          `${entry.path} ${what} are [${actual}], manifest.json says [${promised}]; re-export the folder`,
+        );
+      }
+    }
+    return new Graph(this, session, entry.path);
+  }
+
+  /** An engine tensor from a typed array (Float32Array, BigInt64Array) and its dims. */
+  tensor(dtype, data, dims) {
+    return new this.ort.Tensor(dtype, data, dims);
+  }
+
+  /** Token ids (numbers) as an int64 tensor of shape (1, T). */
+  ids(tokens) {
+    return this.tensor("int64", BigInt64Array.from(tokens, BigInt), [1, tokens.length]);
+  }
+
+  /** An int64 tensor (1, length) of ones: every position real. */
+  ones(length) {
+    return this.tensor("int64", new BigInt64Array(length).fill(1n), [1, length]);
+  }
+}
+
+/** One loaded ONNX file. */
+export class Graph {
+  constructor(engine, session, file) {
+    this.engine = engine;
+    this.session = session;
+    this.file = file;
+  }
+
+  get inputNames() {
+    return this.session.inputNames;
+  }
+
+  get outputNames() {
+    return this.session.outputNames;
+  }
+
+  /** Run with `feeds` (name -> engine tensor); returns name -> tensor for the `outputs` asked for. */
+  async run(feeds, outputs) {
+    try {
+      return await this.session.run(feeds, outputs);
+    } catch (error) {
+      throw new InputError(`the ${this.engine.name} engine failed running ${this.file}: ${firstLine(error)}`);
+    }
+  }
+
+  async release() {
+    await this.session.release();
+  }
+}
+
+/**
+ * Load an engine by name. `threads` caps the native engine's intra-op threads (default: ONNX Runtime's
+ * choice); the wasm engine runs single-threaded in Node, where its worker-thread pool is not needed.
+ */
+export async function loadEngine(name = "native", { threads } = {}) {
+  if (!Object.hasOwn(ENGINES, name)) {
+    throw new InputError(
+      `engine must be one of ${Object.keys(ENGINES).join(", ")}; got ${JSON.stringify(name)}`,
+    );
+  }
+  if (threads !== undefined && (!Number.isInteger(threads) || threads < 1)) {
+    throw new InputError(`threads must be an integer >= 1, got ${JSON.stringify(threads)}`);
+  }
+  const ort = await import(ENGINES[name].module);
+  if (name === "wasm") ort.env.wasm.numThreads = 1;
+  return new Engine(name, ort, { threads });
+}
+
+function firstLine(error) {
+  return String(error?.message ?? error).split("\n")[0];
+}

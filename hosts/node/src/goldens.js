@@ -1,0 +1,169 @@
+/**
+ * Running an export's golden test vectors (docs/goldens.md) on one engine.
+ *
+ * Graph goldens: each case's `input_i.pb` are fed to the graph and every `output_i.pb` is compared; a case
+ * passes when each output has the golden's shape and max |got - golden| <= atol + rtol * max |golden|.
+ * End-to-end goldens (model exports): tokenizer ids must be equal, greedy generations must give exactly the
+ * golden tokens and finish reason, sentence embeddings must be within the listed tolerance.
+ * Every file is read through the folder, so its size and sha256 are checked before use.
+ */
+
+import { loadEngine } from "./engine.js";
+import { GoldenError } from "./errors.js";
+import { ExportFolder } from "./folder.js";
+import { openFolder } from "./open.js";
+import { decodeTensorProto } from "./tensorproto.js";
+
+/**
+ * Check every file of `dir`, then run all its goldens on `engine`.
+ * @returns {Promise<{dir: string, engine: string, family: string|null, results: object[], ok: boolean}>}
+ *   one result per graph output per case, per tokenizer text, per greedy prompt, per embedding
+ */
+export async function verifyExport(dir, { engine = "native", threads } = {}) {
+  const folder = await ExportFolder.open(dir);
+  for (const entry of folder.manifest.files) await folder.read(entry.path);
+  const goldens = folder.manifest.goldens;
+  if (goldens == null || !Array.isArray(goldens.graphs)) {
+    throw new GoldenError(
+      `${folder.root}/manifest.json has no goldens; re-export with an onnxformer that writes golden test data`,
+    );
+  }
+  const runner = await loadEngine(engine, { threads });
+  const results = [];
+  for (const graph of goldens.graphs) results.push(...(await runGraphGoldens(folder, runner, graph)));
+  if (goldens.end_to_end != null) results.push(...(await runEndToEnd(folder, runner, goldens.end_to_end)));
+  return {
+    dir: folder.root,
+    engine: runner.name,
+    family: folder.manifest.family ?? null,
+    results,
+    ok: results.every((result) => result.ok),
+  };
+}
+
+/** max |got - golden| and the allowed diff, or a shape mismatch. */
+export function compare(got, golden, { atol, rtol }) {
+  const allowed = atol + rtol * maxAbs(golden.data);
+  if (got.dims.join(",") !== golden.dims.join(",")) {
+    return { ok: false, maxAbsDiff: null, allowed, detail: `shape [${got.dims}], golden [${golden.dims}]` };
+  }
+  let diff = 0;
+  for (let i = 0; i < golden.data.length; i++) {
+    const delta = Math.abs(Number(got.data[i]) - Number(golden.data[i]));
+    if (!(delta <= diff)) diff = delta; // NaN wins, and then fails
+  }
+  return { ok: diff <= allowed, maxAbsDiff: diff, allowed };
+}
+
+function maxAbs(values) {
+  let largest = 0;
+  for (const value of values) largest = Math.max(largest, Math.abs(Number(value)));
+  return largest;
+}
+
+/** Every case of one graph file: one result per output. */
+async function runGraphGoldens(folder, engine, graph) {
+  const session = await engine.createSession(await folder.read(graph.file), folder.entry(graph.file));
+  const results = [];
+  try {
+    for (const golden of graph.cases) {
+      const where = { check: "graph", file: graph.file, label: golden.label, dir: golden.dir };
+      const feeds = {};
+      for (const [index, name] of golden.inputs.entries()) {
+        const tensor = await readTensor(folder, `${golden.dir}/input_${index}.pb`, name);
+        feeds[name] = engine.tensor(tensor.dtype, tensor.data, tensor.dims);
+      }
+      let outputs;
+      try {
+        outputs = await session.run(feeds, golden.outputs);
+      } catch (error) {
+        results.push({ ...where, output: null, ok: false, detail: error.message });
+        continue;
+      }
+      for (const [index, name] of golden.outputs.entries()) {
+        const expected = await readTensor(folder, `${golden.dir}/output_${index}.pb`, name);
+        const comparison = compare(outputs[name], expected, graph);
+        results.push({ ...where, output: name, ...comparison });
+      }
+    }
+  } finally {
+    await session.release();
+  }
+  return results;
+}
+
+async function readTensor(folder, file, name) {
+  const tensor = decodeTensorProto(await folder.read(file), file);
+  if (tensor.name !== "" && tensor.name !== name) {
+    throw new GoldenError(
+      `${file} holds tensor ${JSON.stringify(tensor.name)}, the manifest says ${name}; re-export`,
+    );
+  }
+  return tensor;
+}
+
+/** Tokenizer ids, greedy generations and embeddings of goldens/end_to_end.json. */
+async function runEndToEnd(folder, engine, file) {
+  const golden = await folder.readJson(file);
+  const model = await openFolder(folder, { engine });
+  const results = [];
+  try {
+    for (const item of golden.tokenizer ?? []) {
+      const got = model.tokenizer.encode(item.text);
+      results.push({
+        check: "tokenizer",
+        text: item.text,
+        ok: sameIds(got, item.ids),
+        got,
+        expected: item.ids,
+      });
+    }
+    for (const item of golden.greedy ?? []) {
+      const framed = model.frame(item.prompt);
+      const { tokens, finishReason } = await model.generateIds(item.input_ids, {
+        maxNewTokens: item.max_new_tokens,
+        stopTokens: item.stop_tokens,
+      });
+      const ok =
+        sameIds(framed, item.input_ids) &&
+        sameIds(tokens, item.output_ids) &&
+        finishReason === item.finish_reason;
+      const detail = ok ? undefined : greedyDetail(framed, tokens, finishReason, item);
+      results.push({ check: "greedy", prompt: item.prompt, ok, got: tokens, finishReason, detail });
+    }
+    const embeddings = golden.embeddings;
+    for (const item of embeddings?.items ?? []) {
+      const framed = model.frame(item.text);
+      const got = await model.embedIds(item.input_ids, { output: embeddings.output });
+      const comparison = compare(
+        { data: got, dims: [got.length] },
+        { data: item.embedding, dims: [item.embedding.length] },
+        embeddings,
+      );
+      if (!sameIds(framed, item.input_ids)) {
+        Object.assign(comparison, {
+          ok: false,
+          detail: `framed ids [${framed}], golden [${item.input_ids}]`,
+        });
+      }
+      results.push({ check: "embedding", text: item.text, output: embeddings.output, ...comparison });
+    }
+  } finally {
+    await model.close();
+  }
+  return results;
+}
+
+function sameIds(a, b) {
+  return a.length === b.length && a.every((value, index) => value === b[index]);
+}
+
+function greedyDetail(framed, tokens, finishReason, item) {
+  if (!sameIds(framed, item.input_ids)) return `framed ids [${framed}], golden [${item.input_ids}]`;
+  let first = 0;
+  while (first < tokens.length && tokens[first] === item.output_ids[first]) first++;
+  return (
+    `first difference at new token ${first}: got [${tokens.slice(first, first + 5)}...] (${finishReason}), ` +
+    `golden [${item.output_ids.slice(first, first + 5)}...] (${item.finish_reason})`
+  );
+}

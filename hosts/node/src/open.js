@@ -1,0 +1,42 @@
+/**
+ * Opening a model export: the folder is checked, the family's class (manifest `family`) loads the graphs
+ * it runs on the engine asked for.
+ */
+
+import { Engine, loadEngine } from "./engine.js";
+import { SentenceEncoder } from "./encoder.js";
+import { ManifestError } from "./errors.js";
+import { ExportFolder } from "./folder.js";
+import { TextGenerator } from "./generator.js";
+import { TextToText } from "./seq2seq.js";
+
+export const FAMILIES = { gpt: TextGenerator, t5: TextToText, bert: SentenceEncoder };
+
+/**
+ * Open a model export folder.
+ * @param {string} dir the folder `onnxformer export` wrote
+ * @param {{engine?: "native"|"wasm"|Engine, threads?: number}} options
+ * @returns {Promise<TextGenerator|TextToText|SentenceEncoder>}
+ */
+export async function openExport(dir, { engine = "native", threads } = {}) {
+  const folder = await ExportFolder.open(dir);
+  return openFolder(folder, { engine, threads });
+}
+
+/** The model of an already opened folder. */
+export async function openFolder(folder, { engine = "native", threads } = {}) {
+  const { export_kind: kind, family } = folder.manifest;
+  if (kind !== "model") {
+    throw new ManifestError(
+      `${folder.root} is a ${JSON.stringify(kind)} export, not a model; open the folder \`onnxformer export\` ` +
+        "wrote (a blocks export can only be verified: node bin/verify.js DIR)",
+    );
+  }
+  if (!Object.hasOwn(FAMILIES, family)) {
+    throw new ManifestError(
+      `${folder.root} holds family ${JSON.stringify(family)}; this host runs ${Object.keys(FAMILIES).join(", ")}`,
+    );
+  }
+  const runner = engine instanceof Engine ? engine : await loadEngine(engine, { threads });
+  return FAMILIES[family].load(folder, runner);
+}

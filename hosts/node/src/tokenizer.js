@@ -1,0 +1,43 @@
+/**
+ * The export's tokenizer, built from the checked bytes of its tokenizer.json with the pure-JS
+ * @huggingface/tokenizers. A byte-level BPE with no post-processor: `encode` gives exactly the text's
+ * tokens and the models add <s>, </s>, <cls>, <sep> themselves.
+ */
+
+import { Tokenizer } from "@huggingface/tokenizers";
+
+import { InputError, ManifestError } from "./errors.js";
+
+export class TextTokenizer {
+  /** @param {Uint8Array} bytes tokenizer.json, checked @param {object} specialTokens name -> id */
+  constructor(bytes, specialTokens, { name = "tokenizer.json" } = {}) {
+    let json;
+    try {
+      json = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes));
+      this.tokenizer = new Tokenizer(json, {});
+    } catch (error) {
+      throw new ManifestError(`${name} is not a tokenizer.json (${error.message}); re-export the folder`);
+    }
+    this.specialTokens = { ...specialTokens };
+    this.vocabSize = this.tokenizer.get_vocab(true).size;
+  }
+
+  /** The text's token ids, no special tokens added; "" gives []. */
+  encode(text) {
+    if (typeof text !== "string") {
+      throw new InputError(`text must be a string, got ${typeof text}`);
+    }
+    return this.tokenizer.encode(text, { add_special_tokens: false }).ids;
+  }
+
+  /** The text of `ids` with special tokens left out. */
+  decode(ids) {
+    const bad = ids.filter((id) => !Number.isInteger(id) || id < 0 || id >= this.vocabSize);
+    if (bad.length > 0) {
+      throw new InputError(
+        `token ids ${bad.slice(0, 5)} are outside the vocabulary 0 .. ${this.vocabSize - 1}`,
+      );
+    }
+    return this.tokenizer.decode(ids, { skip_special_tokens: true });
+  }
+}

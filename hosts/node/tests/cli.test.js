@@ -1,0 +1,88 @@
+// bin/verify.js as a user runs it: exit 0 with every difference printed, 1 when a golden disagrees
+// (a golden output altered and re-listed with its new sha256, so only the comparison can catch it),
+// 2 when the folder itself is refused.
+
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { readFile, writeFile } from "node:fs/promises";
+import path from "node:path";
+import { test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+
+import { sha256Hex } from "../src/folder.js";
+import { exportDir, scratchCopy } from "./helpers.js";
+
+const VERIFY = fileURLToPath(new URL("../bin/verify.js", import.meta.url));
+
+async function verify(...args) {
+  try {
+    const { stdout, stderr } = await promisify(execFile)(process.execPath, [
+      VERIFY,
+      ...args,
+      "--threads",
+      "1",
+    ]);
+    return { code: 0, stdout, stderr };
+  } catch (error) {
+    return { code: error.code, stdout: error.stdout, stderr: error.stderr };
+  }
+}
+
+test("verify prints each golden's difference and exits 0", async () => {
+  const { code, stdout } = await verify(exportDir("bert"));
+  assert.equal(code, 0, stdout);
+  assert.match(stdout, /on native: \d+ passed, 0 failed/);
+  assert.match(stdout, /ok {3}encoder\.onnx \[B=1 T=4\] sentence_embedding {2}max diff \d\.\d\de-\d+ <= /);
+  assert.match(stdout, /ok {3}embedding "" {2}max diff/);
+});
+
+test("verify --json gives one report per engine", async () => {
+  const { code, stdout } = await verify(exportDir("bert"), "--json", "--engine", "all");
+  assert.equal(code, 0);
+  const reports = JSON.parse(stdout);
+  assert.deepEqual(
+    reports.map((report) => [report.engine, report.ok]),
+    [
+      ["native", true],
+      ["wasm", true],
+    ],
+  );
+});
+
+test("a golden the engine disagrees with fails with exit 1", async (t) => {
+  const dir = await scratchCopy(t, "bert");
+  const manifestPath = path.join(dir, "manifest.json");
+  const manifest = JSON.parse(await readFile(manifestPath, "utf8"));
+  const golden = manifest.goldens.graphs[0].cases[0];
+  const file = `${golden.dir}/output_${golden.outputs.indexOf("sentence_embedding")}.pb`;
+  const bytes = await readFile(path.join(dir, file));
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  view.setFloat32(bytes.length - 4, view.getFloat32(bytes.length - 4, true) + 1e-3, true); // last value
+  await writeFile(path.join(dir, file), bytes);
+  const entry = manifest.files.find((item) => item.path === file);
+  entry.sha256 = sha256Hex(bytes);
+  await writeFile(manifestPath, JSON.stringify(manifest));
+
+  const { code, stdout } = await verify(dir);
+  assert.equal(code, 1, stdout);
+  assert.match(
+    stdout,
+    /FAIL encoder\.onnx \[B=1 T=4\] sentence_embedding {2}max diff 1\.00e-3 <= 1\.\d\de-5/,
+  );
+  assert.match(stdout, /on native: \d+ passed, 1 failed/);
+});
+
+test("an altered folder is refused with exit 2, naming the file", async (t) => {
+  const dir = await scratchCopy(t, "bert");
+  await writeFile(path.join(dir, "encoder.onnx"), "not a model");
+  const { code, stderr } = await verify(dir);
+  assert.equal(code, 2);
+  assert.match(stderr, /encoder\.onnx has 11 bytes but manifest\.json says \d+/);
+});
+
+test("a wrong engine name is a usage error", async () => {
+  const { code, stderr } = await verify(exportDir("bert"), "--engine", "cuda");
+  assert.equal(code, 2);
+  assert.match(stderr, /usage: node bin\/verify\.js/);
+});

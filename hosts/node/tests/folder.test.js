@@ -1,0 +1,137 @@
+// The export folder: manifest paths are refused unless they are plain relative paths inside the folder,
+// and a file whose bytes differ from the manifest's size or sha256 is refused by name before it is used.
+
+import assert from "node:assert/strict";
+import { readFile, symlink, unlink, writeFile, mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { test } from "node:test";
+
+import { checkRelativePath, ExportFolder, ManifestError, openExport, verifyExport } from "../src/index.js";
+import { scratchCopy } from "./helpers.js";
+
+async function flipByte(file, offset) {
+  const bytes = await readFile(file);
+  bytes[offset] ^= 0xff;
+  await writeFile(file, bytes);
+}
+
+/** `promise` rejects with a ManifestError whose message matches `pattern`. */
+async function refused(promise, pattern) {
+  await assert.rejects(promise, (error) => {
+    assert.ok(error instanceof ManifestError, `expected a ManifestError, got ${error}`);
+    assert.match(error.message, pattern);
+    return true;
+  });
+}
+
+async function folderWithManifest(t, manifest) {
+  const dir = await mkdtemp(path.join(tmpdir(), "onnxformer-node-"));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  await writeFile(path.join(dir, "manifest.json"), JSON.stringify(manifest));
+  return dir;
+}
+
+test("plain relative paths are accepted", () => {
+  assert.deepEqual(checkRelativePath("decoder.onnx"), ["decoder.onnx"]);
+  assert.deepEqual(checkRelativePath("goldens/blocks/decoder_layer_0/test_data_set_0/input_0.pb").length, 5);
+});
+
+test("absolute, '..', '.', empty-part and backslash paths are refused", () => {
+  for (const bad of [
+    "/etc/passwd",
+    "../secret.onnx",
+    "blocks/../../x.onnx",
+    "./x.onnx",
+    "a//b",
+    "blocks\\x.onnx",
+    "C:x",
+    "",
+  ]) {
+    assert.throws(() => checkRelativePath(bad), ManifestError, bad);
+  }
+});
+
+test("a manifest listing a path with '..' is refused when the folder opens", async (t) => {
+  const dir = await folderWithManifest(t, {
+    format_version: 1,
+    files: [{ path: "../outside.onnx", size: 1, sha256: "0".repeat(64), kind: "decoder" }],
+  });
+  await assert.rejects(ExportFolder.open(dir), (error) => {
+    assert.ok(error instanceof ManifestError);
+    assert.match(error.message, /"\.\.\/outside\.onnx", which is not a plain relative path/);
+    return true;
+  });
+});
+
+test("a golden case folder with '..' is refused too", async (t) => {
+  const dir = await folderWithManifest(t, {
+    format_version: 1,
+    files: [],
+    goldens: {
+      end_to_end: null,
+      graphs: [{ file: "x.onnx", atol: 0, rtol: 0, cases: [{ dir: "../../tmp" }] }],
+    },
+  });
+  await refused(ExportFolder.open(dir), /"\.\.\/\.\.\/tmp", which is not a plain relative path/);
+});
+
+test("an unknown format_version is refused with the fix", async (t) => {
+  const dir = await folderWithManifest(t, { format_version: 2, files: [] });
+  await refused(ExportFolder.open(dir), /format_version 2, this host reads 1/);
+});
+
+test("a folder without manifest.json is not an export", async (t) => {
+  const dir = await mkdtemp(path.join(tmpdir(), "onnxformer-node-"));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  await refused(ExportFolder.open(dir), /is not an onnxformer export/);
+  await refused(ExportFolder.open(path.join(dir, "nope")), /does not exist/);
+});
+
+test("a flipped byte in a graph is refused, naming the file", async (t) => {
+  const dir = await scratchCopy(t, "gpt");
+  await flipByte(path.join(dir, "decoder.onnx"), 1000);
+  await assert.rejects(openExport(dir), (error) => {
+    assert.ok(error instanceof ManifestError);
+    assert.match(error.message, /^decoder\.onnx does not match its sha256 in manifest\.json/);
+    return true;
+  });
+});
+
+test("a truncated tokenizer is refused, naming the file and both sizes", async (t) => {
+  const dir = await scratchCopy(t, "bert");
+  const file = path.join(dir, "tokenizer.json");
+  const bytes = await readFile(file);
+  await writeFile(file, bytes.subarray(0, bytes.length - 1));
+  await refused(
+    openExport(dir),
+    new RegExp(`^tokenizer\\.json has ${bytes.length - 1} bytes but manifest\\.json says ${bytes.length}`),
+  );
+});
+
+test("a flipped byte in a golden file is refused by verify, naming the file", async (t) => {
+  const dir = await scratchCopy(t, "t5");
+  const folder = await ExportFolder.open(dir);
+  const golden = folder.manifest.files.find((entry) => entry.path.endsWith(".pb"));
+  assert.ok(golden, "the export lists golden .pb files");
+  await flipByte(path.join(dir, golden.path), golden.size - 1);
+  await refused(
+    verifyExport(dir),
+    new RegExp(`^${golden.path.replaceAll(".", "\\.")} does not match its sha256`),
+  );
+});
+
+test("a listed file that is a symbolic link out of the folder is refused", async (t) => {
+  const dir = await scratchCopy(t, "gpt");
+  const outside = path.join(path.dirname(dir), "tokenizer.json");
+  await writeFile(outside, await readFile(path.join(dir, "tokenizer.json")));
+  await unlink(path.join(dir, "tokenizer.json"));
+  await symlink(outside, path.join(dir, "tokenizer.json"));
+  await refused(openExport(dir), /tokenizer\.json leads outside the export folder/);
+});
+
+test("a missing listed file is named", async (t) => {
+  const dir = await scratchCopy(t, "gpt");
+  await unlink(path.join(dir, "decoder.onnx"));
+  await refused(openExport(dir), /^decoder\.onnx is listed in manifest\.json but missing/);
+});

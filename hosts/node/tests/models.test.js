@@ -1,0 +1,104 @@
+// The library API a user calls: text in, text or vectors out, options checked, the GPT context limit
+// respected. Expected tokens come from the export's goldens/end_to_end.json.
+
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+
+import {
+  InputError,
+  loadEngine,
+  openExport,
+  SentenceEncoder,
+  TextGenerator,
+  TextToText,
+} from "../src/index.js";
+import { exportDir } from "./helpers.js";
+
+const models = {};
+
+/** The export's end-to-end goldens, read through its checked folder. */
+async function goldens(family) {
+  const model = models[family];
+  return model.folder.readJson(model.manifest.goldens.end_to_end);
+}
+
+before(async () => {
+  const engine = await loadEngine("native", { threads: 1 });
+  for (const family of ["gpt", "t5", "bert"]) {
+    models[family] = await openExport(exportDir(family), { engine });
+  }
+});
+
+after(async () => {
+  for (const model of Object.values(models)) await model.close();
+});
+
+test("openExport picks the class of the manifest's family", () => {
+  assert.ok(models.gpt instanceof TextGenerator);
+  assert.ok(models.t5 instanceof TextToText);
+  assert.ok(models.bert instanceof SentenceEncoder);
+});
+
+test("GPT generate gives the decoded greedy golden", async () => {
+  const item = (await goldens("gpt")).greedy.find((row) => row.prompt !== "");
+  const text = await models.gpt.generate(item.prompt, { maxNewTokens: item.max_new_tokens });
+  assert.equal(text, models.gpt.tokenizer.decode(item.output_ids));
+  assert.ok(text.length > 0);
+});
+
+test("maxNewTokens cuts a generation with finish reason length", async () => {
+  const item = (await goldens("gpt")).greedy.find((row) => row.output_ids.length >= 3);
+  const result = await models.gpt.generateIds(item.input_ids, { maxNewTokens: 2 });
+  assert.deepEqual(result, { tokens: item.output_ids.slice(0, 2), finishReason: "length" });
+  assert.deepEqual(await models.gpt.generateIds(item.input_ids, { maxNewTokens: 0 }), {
+    tokens: [],
+    finishReason: "length",
+  });
+});
+
+test("a GPT row grows at most until the context is full", async () => {
+  const maxLen = models.gpt.maxLen;
+  const word = models.gpt.tokenizer.encode("the")[0];
+  for (const length of [maxLen, maxLen - 2]) {
+    const prompt = [models.gpt.prefix[0], ...Array(length - 1).fill(word)];
+    const { tokens, finishReason } = await models.gpt.generateIds(prompt, {
+      maxNewTokens: 64,
+      stopTokens: [],
+    });
+    assert.deepEqual([tokens.length, finishReason], [maxLen - length + 1, "length"]);
+  }
+  const tooLong = [models.gpt.prefix[0], ...Array(maxLen).fill(word)];
+  await assert.rejects(
+    models.gpt.generateIds(tooLong),
+    (error) => error instanceof InputError && /context is 64/.test(error.message),
+  );
+});
+
+test("T5 generate gives the decoded greedy golden", async () => {
+  const item = (await goldens("t5")).greedy[0];
+  assert.deepEqual(models.t5.frame(item.prompt), item.input_ids);
+  assert.equal(await models.t5.generate(item.prompt), models.t5.tokenizer.decode(item.output_ids));
+});
+
+test("BERT embed gives the golden embedding of a text", async () => {
+  const { embeddings } = await goldens("bert");
+  const item = embeddings.items[0];
+  const vector = await models.bert.embed(item.text);
+  assert.ok(vector instanceof Float32Array);
+  assert.equal(vector.length, models.bert.config.d_model);
+  const diff = Math.max(...item.embedding.map((value, index) => Math.abs(value - vector[index])));
+  assert.ok(diff <= embeddings.atol, `max diff ${diff}`);
+});
+
+test("bad inputs and options are refused with InputError", async () => {
+  const refused = (promise, pattern) =>
+    assert.rejects(promise, (error) => error instanceof InputError && pattern.test(error.message));
+  await refused(models.gpt.generateIds([1, 100000]), /outside the vocabulary 0 \.\. 399/);
+  await refused(models.gpt.generateIds([]), /non-empty array/);
+  await refused(models.gpt.generateIds([1], { maxNewTokens: -1 }), /maxNewTokens must be an integer >= 0/);
+  await refused(models.gpt.generateIds([1], { stopTokens: [1.5] }), /stopTokens must be token ids/);
+  await refused(models.gpt.generate(42), /prompt must be a string/);
+  await refused(models.t5.generate(""), /non-empty string/);
+  await refused(loadEngine("cuda"), /engine must be one of native, wasm/);
+  await refused(loadEngine("native", { threads: 0 }), /threads must be an integer >= 1/);
+});
