@@ -85,6 +85,6 @@ def test_verify_prints_the_goldens_and_fails_on_a_broken_one(tmp_path: Path) -> 
     broken = runner.invoke(app, ["verify", str(folder), "--json"])
     assert broken.exit_code == 1
     files = {f["path"]: f for f in json.loads(broken.output)["files"]}
-    assert "sha256" in files["goldens/end_to_end.json"]["problem"]
+    assert "altered" in files["goldens/end_to_end.json"]["problem"]
     table = runner.invoke(app, ["verify", str(folder)])
     assert table.exit_code == 1 and "goldens not run" in table.output
