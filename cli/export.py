@@ -24,12 +24,19 @@ def export_command(
     blocks: Annotated[
         bool, typer.Option("--blocks/--no-blocks", help="Also export each block of the model.")
     ] = True,
+    optimize: Annotated[
+        bool, typer.Option("--optimize", help="Then fuse the graphs for speed, as `onnxformer optimize`.")
+    ] = False,
+    int8: Annotated[
+        bool, typer.Option("--int8", help="Then fuse and quantize the weights to int8 (implies --optimize).")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the manifest as JSON.")] = False,
 ) -> None:
     """Export the model's graphs (GPT: decoder with KV cache; BERT: encoder; T5: encoder and cached
     decoder), an attention-weights graph, the model's blocks and tokenizer.json, with a manifest.json that
     records every file's sha256 and the parity to PyTorch measured at shapes other than the trace shapes.
-    A graph that misses its tolerance fails the export and writes nothing."""
+    A graph that misses its tolerance fails the export and writes nothing. --optimize / --int8 then
+    rewrite the graphs in place as `onnxformer optimize` does."""
     with user_errors(ctx):
         from onnxformer.builder.export.models import export_checkpoint
 
@@ -49,6 +56,11 @@ def export_command(
             manifest = export_checkpoint(
                 checkpoint, out, opset=opset, attentions=attentions, blocks=blocks, progress=advance
             )
+            if optimize or int8:
+                from onnxformer.builder.export.optimize import optimize_export
+
+                progress.update(task, description="optimizing (onnxformer optimize)")
+                manifest = optimize_export(out, out, quantize="int8" if int8 else None)
     if as_json:
         typer.echo(manifest.to_json())
         return

@@ -5,12 +5,14 @@ from typing import Annotated
 import typer
 
 from onnxformer.cli.attention import attention_command
+from onnxformer.cli.bench import bench_command
 from onnxformer.cli.blocks import export_blocks_command
 from onnxformer.cli.demo import demo_command
 from onnxformer.cli.encode import encode_command
 from onnxformer.cli.export import export_command
 from onnxformer.cli.generate import generate_command
 from onnxformer.cli.inspect import inspect_command
+from onnxformer.cli.optimize import optimize_command
 from onnxformer.cli.seq2seq import seq2seq_command
 from onnxformer.cli.train import train_command
 from onnxformer.cli.verify import verify_command
@@ -48,12 +50,14 @@ app.command("demo")(demo_command)
 app.command("train")(train_command)
 app.command("export")(export_command)
 app.command("export-blocks")(export_blocks_command)
+app.command("optimize")(optimize_command)
 app.command("verify")(verify_command)
 app.command("inspect")(inspect_command)
 app.command("generate")(generate_command)
 app.command("encode")(encode_command)
 app.command("seq2seq")(seq2seq_command)
 app.command("attention")(attention_command)
+app.command("bench")(bench_command)
 
 
 def main() -> None:

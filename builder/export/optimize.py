@@ -1,0 +1,289 @@
+"""Post-export optimisation: an export folder in, a faster folder out, with what it cost measured.
+
+    optimize_export("exported/bert", "exported/bert-fast")                 # fused fp32
+    optimize_export("exported/bert", "exported/bert-int8", quantize="int8")  # fused + int8 weights
+
+Each graph the runtime runs (GPT decoder, BERT encoder, T5 encoder and decoder) goes through:
+
+1. our attention fusion (`fusion.fuse_attention`): one MultiHeadAttention per attention subgraph, and
+   `onnx_graph.share_input_shapes`, which lets ONNX Runtime compute the per-layer causal mask once;
+2. ONNX Runtime's transformer fusions (onnxruntime.transformers.optimizer, graph-level only, so the file
+   stays portable between providers): BiasGelu for the FFN's bias + exact-erf GELU. Left off: Attention
+   (step 1 does it), EmbedLayerNormalization (it assumes position ids 0..T-1; ours count real tokens) and
+   SkipLayerNormalization (ONNX Runtime's CPU kernel for it is ~6x slower than Add + LayerNormalization,
+   see runtime/session.py);
+3. `fusion.pack_qkv`: the query, key and value projections as one MatMul;
+4. with `quantize="int8"`: dynamic quantization of every MatMul with constant weights (int8 weights,
+   uint8 activations quantized per call, which ONNX Runtime runs with AVX-512 VNNI / AVX2 int8 kernels).
+
+The new graph is then run, next to the original, on the export's golden inputs (its parity cases: first
+and cached steps, padding, shapes unlike the trace) by `quality.compare_graphs`. A fused fp32 graph must
+stay within the goldens' tolerance of the PyTorch outputs stored there, or `ParityError` is raised and
+nothing is written. An int8 graph must keep the cosine similarity of its main output (embedding, logits)
+to PyTorch at or above `min_cosine`; its task metrics on the built-in held-out data
+(`quality.task_metrics`) are recorded next to the original's.
+
+Files keep their roles and names; their sha256 and size are recomputed; everything else (tokenizer,
+attention-weights graph, blocks, goldens) is copied. `manifest.extra["optimization"]` records the fused
+node counts, the quantization, the measured departures and the task metrics. Goldens: fp32 fusion leaves
+them valid as they are; for int8 the graph goldens get a tolerance of twice the error measured here (with a
+note saying so) and the end-to-end goldens, exact PyTorch fp32 ids and embeddings, are dropped.
+"""
+
+import contextlib
+import dataclasses
+import io
+import logging
+import os
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any, Literal
+
+import onnx
+
+from onnxformer.builder.export.folder import write_export_folder
+from onnxformer.builder.export.fusion import fuse_attention, pack_qkv
+from onnxformer.builder.export.onnx_graph import share_input_shapes
+from onnxformer.builder.export.quality import MAIN_OUTPUTS, Agreement, compare_graphs, task_metrics
+from onnxformer.runtime.errors import ExportError, ParityError
+from onnxformer.runtime.folder import ExportFolder, sha256_bytes
+from onnxformer.runtime.loader import ROLES
+from onnxformer.runtime.manifest import FileEntry, Manifest
+from onnxformer.runtime.session import create_session
+
+logger = logging.getLogger(__name__)
+
+Quantization = Literal["int8"]
+QUANTIZATIONS: tuple[Quantization, ...] = ("int8",)
+FUSED_OPS = ("MultiHeadAttention", "SkipLayerNormalization", "BiasGelu", "Gelu", "FastGelu")
+MIN_COSINE = 0.99  # int8 must keep the main output's direction (embedding / logits) this close
+
+
+def optimize_graph(
+    model: onnx.ModelProto,
+    *,
+    num_heads: int,
+    hidden_size: int,
+    fuse: bool = True,
+    quantize: Quantization | None = None,
+) -> onnx.ModelProto:
+    """The optimised copy of one graph (the argument is left as it was)."""
+    if quantize is not None and quantize not in QUANTIZATIONS:
+        raise ExportError(f"quantize must be one of {QUANTIZATIONS} or None, got {quantize!r}")
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    if fuse:
+        fused = fuse_attention(model, num_heads=num_heads)
+        shared = share_input_shapes(model)
+        logger.info("fused %d attention subgraphs; %d Shape nodes share an input", fused, shared)
+        model = _ort_fusions(model, num_heads=num_heads, hidden_size=hidden_size)
+        packed = pack_qkv(model)
+        logger.info("packed %d query/key/value projections into one MatMul each", packed)
+    if quantize == "int8":
+        model = _quantize_int8(model)
+    return model
+
+
+def fused_counts(model: onnx.ModelProto) -> dict[str, int]:
+    """How many of each fused operator (FUSED_OPS) the graph holds."""
+    counts = Counter(node.op_type for node in model.graph.node)
+    return {op: counts[op] for op in FUSED_OPS if counts[op]}
+
+
+@contextlib.contextmanager
+def _quiet_ort_tools():
+    """onnxruntime.transformers and quantization print shape-inference chatter and log warnings."""
+    names = ("onnxruntime.transformers", "onnx_model", "fusion_base", "root", "")
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [item.level for item in loggers]
+    for item in loggers:
+        item.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        for item, level in zip(loggers, levels, strict=True):
+            item.setLevel(level)
+
+
+def _ort_fusions(model: onnx.ModelProto, *, num_heads: int, hidden_size: int) -> onnx.ModelProto:
+    from onnxruntime.transformers.fusion_options import FusionOptions
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    options = FusionOptions("bert")
+    options.enable_attention = False  # done by fuse_attention, which knows our mask semantics
+    options.enable_embed_layer_norm = False  # assumes positions 0..T-1; ours count real tokens
+    options.enable_gelu_approximation = False  # keep exact erf GELU
+    options.enable_rotary_embeddings = False
+    options.enable_qordered_matmul = False
+    options.enable_skip_layer_norm = False
+    options.enable_bias_skip_layer_norm = False
+    with _quiet_ort_tools():
+        # opt_level=0: graph-level fusions only, no provider-specific rewrites baked into the file.
+        optimized = optimize_model(
+            model,
+            model_type="bert",
+            num_heads=num_heads,
+            hidden_size=hidden_size,
+            optimization_options=options,
+            opt_level=0,
+        )
+    return optimized.model
+
+
+def _quantize_int8(model: onnx.ModelProto) -> onnx.ModelProto:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.TemporaryDirectory() as tmp, _quiet_ort_tools():
+        out = Path(tmp) / "int8.onnx"
+        quantize_dynamic(
+            model,
+            out,
+            weight_type=QuantType.QInt8,
+            op_types_to_quantize=["MatMul"],
+            # Weights only (activation x activation stays fp32); our MatMuls are all float32.
+            extra_options={"MatMulConstBOnly": True, "DefaultTensorType": onnx.TensorProto.FLOAT},
+        )
+        return onnx.load(out)
+
+
+def optimize_export(
+    folder: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    fuse: bool = True,
+    quantize: Quantization | None = None,
+    tasks: bool = True,
+    min_cosine: float = MIN_COSINE,
+) -> Manifest:
+    """Write the optimised copy of the model export `folder` to `out` (which may be `folder` itself) and
+    return its manifest. `tasks=False` skips the task metrics of int8 exports (for models not trained on
+    the built-in tasks, e.g. random weights)."""
+    if not fuse and quantize is None:
+        raise ExportError("nothing to do: ask for fusion, quantize='int8', or both")
+    source = ExportFolder.open(folder)
+    manifest = source.manifest
+    if manifest.export_kind != "model":
+        raise ExportError(f"{folder} is a blocks export; optimize takes a model export (onnxformer export)")
+    if "optimization" in manifest.extra:
+        raise ExportError(f"{folder} is already optimised; optimise the original export instead")
+    family, config = str(manifest.family), manifest.config
+    files = {entry.path: source.read(entry.path) for entry in manifest.files}
+    graphs = [manifest.graphs[role] for role in ROLES[family]]
+    originals = {path: files[path] for path in graphs}
+    optimized = {}
+    for path in graphs:
+        model = optimize_graph(
+            onnx.load_from_string(originals[path]),
+            num_heads=config["n_heads"],
+            hidden_size=config["d_model"],
+            fuse=fuse,
+            quantize=quantize,
+        )
+        optimized[path] = model.SerializeToString()
+        _check_interface(path, manifest.file(path), model)
+    agreement = compare_graphs(source, originals, optimized)
+    for role in ROLES[family]:
+        path = manifest.graphs[role]
+        if quantize is None and not agreement[path].within_golden_tolerance:
+            raise ParityError(
+                f"{path}: the fused graph misses the golden tolerance ({agreement[path].worst_excess}); "
+                "nothing was written"
+            )
+        cosine = agreement[path].min_cosine[MAIN_OUTPUTS[(family, role)]]
+        if cosine < min_cosine:
+            raise ExportError(
+                f"{path}: {quantize or 'fused'} changes {MAIN_OUTPUTS[(family, role)]} too much (cosine "
+                f"{cosine:.4f} to PyTorch < {min_cosine}); keep this model unquantized"
+            )
+    record: dict[str, Any] = {
+        "fuse": fuse,
+        "quantize": quantize,
+        "fused_ops": {path: fused_counts(onnx.load_from_string(data)) for path, data in optimized.items()},
+        "source_sha256": {path: sha256_bytes(data) for path, data in originals.items()},
+        "agreement": {path: result.as_dict() for path, result in agreement.items()},
+        "onnxruntime": _ort_version(),
+    }
+    if tasks and quantize is not None:
+        record["tasks"] = _task_costs(folder, optimized)
+    files.update(optimized)
+    entries = []
+    for entry in manifest.files:
+        if entry.path in optimized:
+            data = optimized[entry.path]
+            # An int8 graph no longer matches PyTorch to fp32 tolerance: its parity record would mislead.
+            parity = entry.parity if quantize is None else None
+            entry = dataclasses.replace(entry, sha256=sha256_bytes(data), size=len(data), parity=parity)
+        entries.append(entry)
+    updated = dataclasses.replace(
+        manifest, files=tuple(entries), extra={**manifest.extra, "optimization": record}
+    )
+    if quantize is not None:
+        updated = _int8_goldens(updated, agreement)
+    kept = {entry.path for entry in updated.files}
+    write_export_folder(Path(out), {path: data for path, data in files.items() if path in kept}, updated)
+    return updated
+
+
+def _check_interface(path: str, entry: FileEntry, model: onnx.ModelProto) -> None:
+    initializers = {init.name for init in model.graph.initializer}
+    inputs = [value.name for value in model.graph.input if value.name not in initializers]
+    outputs = [value.name for value in model.graph.output]
+    if inputs != [spec.name for spec in entry.inputs] or outputs != [spec.name for spec in entry.outputs]:
+        raise ExportError(f"{path}: optimisation changed the graph's inputs or outputs; this is a bug")
+
+
+def _ort_version() -> str:
+    import onnxruntime
+
+    return onnxruntime.__version__
+
+
+def _task_costs(folder: str | os.PathLike, optimized: dict[str, bytes]) -> dict[str, Any]:
+    """Task metrics of the original and the optimised graphs, and the change (optimised - original)."""
+    from onnxformer.runtime.loader import open_export
+
+    original = open_export(folder, device="cpu")
+    roles = {path: role for role, path in original.manifest.graphs.items()}
+    sessions = dict(original.sessions)
+    for path, data in optimized.items():
+        sessions[roles[path]] = create_session(data, device="cpu")
+    before = task_metrics(original)
+    after = task_metrics(dataclasses.replace(original, sessions=sessions))
+    change = {name: after[name] - before[name] for name in before if name != "examples"}
+    return {"original": before, "optimized": after, "change": change}
+
+
+def _int8_goldens(manifest: Manifest, agreement: dict[str, Agreement]) -> Manifest:
+    """Goldens an int8 folder can keep: graph goldens at twice the error measured here, no end-to-end."""
+    goldens = manifest.goldens
+    if goldens is None:
+        return manifest
+    graphs = []
+    for graph in goldens.graphs:
+        if graph.file in agreement:
+            worst = max(agreement[graph.file].max_abs_diff_pytorch.values(), default=0.0)
+            atol = float(f"{max(2 * worst, graph.atol):.1g}")
+            atol = atol if atol >= 2 * worst else float(f"{2.5 * worst:.1g}")
+            note = (
+                f"int8 dynamic quantization: atol raised to {atol:g}, twice the largest difference to "
+                f"PyTorch measured when the graph was quantized ({worst:.3g}); the accuracy cost is in "
+                "extra.optimization"
+            )
+            graph = dataclasses.replace(graph, atol=atol, rtol=0.0, note=note)
+        graphs.append(graph)
+    dropped = {goldens.end_to_end} if goldens.end_to_end else set()
+    files = tuple(entry for entry in manifest.files if entry.path not in dropped)
+    extra = dict(manifest.extra)
+    if dropped:
+        extra["optimization"] = {
+            **extra["optimization"],
+            "goldens": "end_to_end dropped: its greedy ids and embeddings are exact PyTorch fp32 results "
+            "that int8 need not reproduce; graph goldens kept with the tolerance in their note",
+        }
+    return dataclasses.replace(
+        manifest,
+        files=files,
+        goldens=dataclasses.replace(goldens, graphs=tuple(graphs), end_to_end=None),
+        extra=extra,
+    )

@@ -1,0 +1,67 @@
+"""`onnxformer bench`: the runtime against PyTorch eager on this machine (see benchmarks/README.md)."""
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from onnxformer.cli.errors import user_errors
+from onnxformer.runtime.errors import ConfigError
+
+console = Console(highlight=False)
+CHECKOUT = Path(__file__).resolve().parents[1]  # the benchmark lives beside the package in the checkout
+
+
+def bench_command(
+    ctx: typer.Context,
+    out: Annotated[Path | None, typer.Option(help="Write the result JSON here.")] = None,
+    work: Annotated[
+        Path, typer.Option(help="Folder for the benchmark models (built once, reused while up to date).")
+    ] = Path("runs/bench"),
+    threads: Annotated[
+        int | None, typer.Option(help="Threads for both PyTorch and ONNX Runtime (default: all CPUs).")
+    ] = None,
+    repeats: Annotated[int, typer.Option(help="Timed repetitions per workload and variant.")] = 7,
+    warmup: Annotated[int, typer.Option(help="Untimed calls per variant first.")] = 2,
+    quick: Annotated[bool, typer.Option("--quick", help="3 repetitions, shorter generations.")] = False,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Rebuild the benchmark models.")] = False,
+    accuracy: Annotated[
+        bool, typer.Option("--accuracy/--no-accuracy", help="Measure int8's cost on the tiny exports.")
+    ] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result JSON instead of tables.")] = False,
+) -> None:
+    """Run every workload (BERT embed 1x16 and 32x128, GPT prefill, decode steps at context 16/256/1024,
+    generation of 128 tokens, T5 64 to 64 tokens) with PyTorch eager and with the runtime on the plain,
+    fused and int8 exports of the `small` presets (random weights), alternating in one process with the
+    same thread count; then the runtime's start-up time and memory, the machine's SGEMM limit and int8's
+    accuracy cost. Prints the tables; --out writes the JSON (medians, min/max, ratios, machine facts)."""
+    with user_errors(ctx):
+        if not (CHECKOUT / "benchmarks" / "run.py").is_file():
+            raise ConfigError("the benchmark lives in the source checkout (benchmarks/); run it from a clone")
+        if str(CHECKOUT) not in sys.path:
+            sys.path.insert(0, str(CHECKOUT))
+        from benchmarks.report import print_tables
+        from benchmarks.run import BenchOptions, run_benchmark
+
+        options = BenchOptions(
+            work=work,
+            threads=threads or os.cpu_count() or 1,
+            warmup=warmup,
+            repeats=repeats,
+            quick=quick,
+            fresh=fresh,
+            accuracy=accuracy,
+        )
+        with console.status("benchmark") as status:
+            result = run_benchmark(options, progress=lambda message: status.update(message))
+        if out is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(result, indent=2) + "\n")
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+    else:
+        print_tables(console, result)

@@ -1,0 +1,170 @@
+"""The optimisation step (builder/export/optimize.py) on the committed tiny exports: which operators get
+fused, that fused graphs compute what the originals compute (goldens, all-padding rows), int8's accuracy
+cost, and the session options. No timing here: speed is the benchmark's job (benchmarks/README.md)."""
+
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from typer.testing import CliRunner
+
+from onnxformer.builder.export.optimize import optimize_export, optimize_graph
+from onnxformer.runtime.errors import ExportError
+from onnxformer.runtime.folder import ExportFolder
+from onnxformer.runtime.goldens import run_goldens
+from onnxformer.runtime.loader import load
+from onnxformer.runtime.session import create_session
+
+EXPORTED = Path(__file__).resolve().parents[1] / "exported"
+GRAPHS = {"bert": ("encoder.onnx",), "gpt": ("decoder.onnx",), "t5": ("encoder.onnx", "decoder.onnx")}
+
+
+@pytest.fixture(scope="module")
+def optimized(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Path]:
+    """(family, "fused" | "int8") -> optimised copy of the committed tiny export."""
+    root = tmp_path_factory.mktemp("optimized")
+    folders = {}
+    for family in GRAPHS:
+        for variant, quantize in (("fused", None), ("int8", "int8")):
+            out = root / f"{family}-{variant}"
+            optimize_export(EXPORTED / family, out, quantize=quantize)
+            folders[(family, variant)] = out
+    return folders
+
+
+def _ops(path: Path) -> Counter:
+    return Counter(node.op_type for node in onnx.load(path).graph.node)
+
+
+def _config(family: str) -> dict:
+    return json.loads((EXPORTED / family / "manifest.json").read_text())["config"]
+
+
+@pytest.mark.parametrize("family", sorted(GRAPHS))
+def test_every_attention_and_norm_is_fused(optimized, family: str) -> None:
+    config = _config(family)
+    layers = config["n_layers"]
+    attentions = {"bert": layers, "gpt": layers, "t5": 3 * layers}  # T5: encoder self, decoder self + cross
+    counts = Counter()
+    for graph in GRAPHS[family]:
+        ops = _ops(optimized[(family, "fused")] / graph)
+        assert ops["Softmax"] == 0, f"{graph}: an attention was left unfused: {ops}"
+        assert ops["Erf"] == 0, f"{graph}: a GELU was left unfused: {ops}"
+        counts += ops
+    assert counts["MultiHeadAttention"] == attentions[family]
+    self_attentions = {"bert": layers, "gpt": layers, "t5": 2 * layers}  # one MatMul for q, k, v each
+    assert counts["Split"] == self_attentions[family]
+    # Residual add + LayerNorm stay two ops: ONNX Runtime's CPU SkipLayerNormalization is the slower one.
+    assert counts["SkipLayerNormalization"] == 0
+    gelus = {"bert": layers + 1, "gpt": layers, "t5": 0}  # BERT's MLM transform has one more
+    assert counts["BiasGelu"] == gelus[family]
+    record = json.loads((optimized[(family, "fused")] / "manifest.json").read_text())["extra"]["optimization"]
+    assert sum(record["fused_ops"][g]["MultiHeadAttention"] for g in GRAPHS[family]) == attentions[family]
+
+
+@pytest.mark.parametrize("family", sorted(GRAPHS))
+def test_fused_export_passes_goldens_and_generates_the_same(optimized, family: str) -> None:
+    folder = optimized[(family, "fused")]
+    record = json.loads((folder / "manifest.json").read_text())["extra"]["optimization"]
+    for graph in GRAPHS[family]:
+        agreement = record["agreement"][graph]
+        assert agreement["within_golden_tolerance"], agreement["worst_excess"]
+        assert max(agreement["max_abs_diff"].values()) < 1e-4, agreement["max_abs_diff"]
+    failed = [result for result in run_goldens(ExportFolder.open(folder)) if not result.ok]
+    assert not failed, failed[:3]
+    original, fused = load(EXPORTED / family, device="cpu"), load(folder, device="cpu")
+    if family == "bert":
+        texts = ["the cat sees the dog", "a bird"]
+        np.testing.assert_allclose(fused.embed(texts), original.embed(texts), atol=1e-5)
+    else:
+        prompts = ["the cat", "a teacher finds the old book"]
+        assert fused.generate(prompts, temperature=0.0) == original.generate(prompts, temperature=0.0)
+
+
+def test_a_row_that_sees_no_key_stays_zero() -> None:
+    """An all-padding batch row: the original masks every key, so its attention output is exactly zero; the
+    fused MultiHeadAttention would average the values unless the any-key-visible factor zeroes it."""
+    config = _config("bert")
+    data = (EXPORTED / "bert" / "encoder.onnx").read_bytes()
+    fused = optimize_graph(
+        onnx.load_from_string(data), num_heads=config["n_heads"], hidden_size=config["d_model"]
+    )
+    ids = np.full((2, 6), 9, dtype=np.int64)
+    mask = np.array([[1, 1, 1, 1, 0, 0], [0, 0, 0, 0, 0, 0]], dtype=np.int64)
+    feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+    names = ["last_hidden_state", "mlm_logits"]
+    want = create_session(data, device="cpu").run(feeds, names)
+    got = create_session(fused.SerializeToString(), device="cpu").run(feeds, names)
+    for name, a, b in zip(names, want, got, strict=True):
+        np.testing.assert_allclose(b, a, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("family", sorted(GRAPHS))
+def test_int8_costs_at_most_one_point(optimized, family: str) -> None:
+    folder = optimized[(family, "int8")]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    record = manifest["extra"]["optimization"]
+    assert record["quantize"] == "int8"
+    assert sum(_ops(folder / graph)["MatMulInteger"] for graph in GRAPHS[family]) > 0
+    tasks = record["tasks"]
+    accuracies = [m for m in tasks["change"] if m.endswith(("accuracy", "exact_match"))]
+    assert accuracies, tasks
+    for metric in accuracies:
+        assert tasks["change"][metric] >= -0.01, f"{metric}: {tasks}"
+    main = {"bert": "sentence_embedding", "gpt": "logits", "t5": "logits"}[family]
+    graph = "encoder.onnx" if family == "bert" else "decoder.onnx"
+    assert record["agreement"][graph]["min_cosine"][main] >= 0.99
+    assert manifest["goldens"]["end_to_end"] is None
+    failed = [result for result in run_goldens(ExportFolder.open(folder)) if not result.ok]
+    assert not failed, failed[:3]
+    load(folder, device="cpu")  # the runtime opens it like any export
+
+
+def test_optimize_refuses_what_it_cannot_do(optimized, tmp_path: Path) -> None:
+    with pytest.raises(ExportError, match="already optimised"):
+        optimize_export(optimized[("bert", "fused")], tmp_path / "again")
+    with pytest.raises(ExportError, match="nothing to do"):
+        optimize_export(EXPORTED / "bert", tmp_path / "none", fuse=False)
+    with pytest.raises(ExportError, match="quantize must be"):
+        optimize_graph(onnx.ModelProto(), num_heads=1, hidden_size=1, quantize="int4")  # type: ignore[arg-type]
+
+
+def test_optimize_in_place(tmp_path: Path) -> None:
+    """`onnxformer export --optimize` optimises the folder it just wrote: out may be the input."""
+    folder = tmp_path / "bert"
+    shutil.copytree(EXPORTED / "bert", folder)
+    manifest = optimize_export(folder, folder, tasks=False)
+    assert ExportFolder.open(folder).manifest == manifest
+    assert _ops(folder / "encoder.onnx")["MultiHeadAttention"] == _config("bert")["n_layers"]
+
+
+def test_optimize_command(tmp_path: Path) -> None:
+    from onnxformer.cli.main import app
+
+    result = CliRunner().invoke(app, ["optimize", str(EXPORTED / "bert"), str(tmp_path / "out"), "--json"])
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.output)
+    assert record["fused_ops"]["encoder.onnx"]["MultiHeadAttention"] == _config("bert")["n_layers"]
+
+
+def test_session_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    import onnxruntime
+
+    data = (EXPORTED / "bert" / "encoder.onnx").read_bytes()
+    options = create_session(data, device="cpu", threads=1).session.get_session_options()
+    assert options.intra_op_num_threads == 1
+    assert options.graph_optimization_level == onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    seen = {}
+    real = onnxruntime.InferenceSession
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", spy)
+    create_session(data, device="cpu")
+    assert "SkipLayerNormFusion" in seen["disabled_optimizers"]  # the slower CPU kernel stays out
