@@ -14,7 +14,7 @@ RUNTIME_STAMP := $(RUNTIME_VENV)/.installed
 # onnxruntime-node from downloading CUDA files (its CPU binaries are in the package).
 NODE_HOST ?= hosts/node
 
-.PHONY: setup run test test-runtime test-node lint exported clean
+.PHONY: setup run test test-runtime test-node lint exported bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -54,6 +54,10 @@ test-runtime: $(RUNTIME_STAMP)
 test-node:
 	cd $(NODE_HOST) && ONNXRUNTIME_NODE_INSTALL=skip npm ci --no-audit --no-fund --loglevel=error
 	cd $(NODE_HOST) && node --test
+
+# The runtime against PyTorch eager on the small presets, one thread each (benchmarks/README.md).
+bench: $(STAMP)
+	$(BIN)/onnxformer bench --threads 1 --out benchmarks/results/local-1-thread.json
 
 # Regenerate the reference exports in exported/: train the tiny models with the defaults, export them.
 exported: $(STAMP)

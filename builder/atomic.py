@@ -1,12 +1,21 @@
 """Atomic folder writes, shared by export folders and training checkpoints.
 
-Everything is written into a hidden temporary folder beside the target and fsynced, then swapped in with
-renames. A crash or kill at any moment leaves either the previous folder or the new one, never a mixture.
-A non-empty folder that does not hold the `marker` file is never replaced: it is not ours.
+Everything is written into a hidden temporary folder beside the target and fsynced, the `marker` file
+last, then swapped in; a folder being deleted loses its marker first. So a folder that holds the marker
+is complete, even one a kill left behind. On Linux the swap is one
+`renameat2(RENAME_EXCHANGE)`: the target path always names a whole folder, the previous one or the new
+one. Elsewhere it is two renames, and a kill between them leaves the previous folder whole under a hidden
+`.NAME.old-*` name beside the target. A non-empty folder that does not hold the `marker` file is never
+replaced: it is not ours.
 """
 
+import contextlib
+import ctypes
+import ctypes.util
+import errno
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -40,21 +49,28 @@ def write_folder_atomically(
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
         os.chmod(staging, 0o755)  # mkdtemp makes it private; the result should read like any folder
-        for relative, data in files.items():
+        # The marker last: a folder that holds it is complete.
+        ordered = [name for name in files if name != marker] + [name for name in files if name == marker]
+        for relative in ordered:
+            data = files[relative]
             path = staging / relative
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "wb") as handle:
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
-        _swap_in(staging, target)
+        _swap_in(staging, target, marker)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        _discard(staging, marker)
         raise
     return target
 
 
-def _swap_in(staging: Path, target: Path) -> None:
+def _swap_in(staging: Path, target: Path, marker: str) -> None:
+    if target.exists() and _exchange(staging, target):
+        _fsync_dir(target.parent)
+        _discard(staging, marker)  # now the previous folder
+        return
     old = None
     if target.exists():
         old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
@@ -63,7 +79,36 @@ def _swap_in(staging: Path, target: Path) -> None:
     os.rename(staging, target)
     _fsync_dir(target.parent)
     if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        _discard(old, marker)
+
+
+def _discard(folder: Path, marker: str) -> None:
+    """Delete a folder, its marker first: a folder killed halfway through deletion is not ours any more."""
+    with contextlib.suppress(OSError):
+        (folder / marker).unlink()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def _exchange(first: Path, second: Path) -> bool:
+    """Swap two paths in one step (Linux renameat2); False where the system or file system cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):  # no libc found, or a libc older than glibc 2.28
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EPERM):
+        return False
+    raise OSError(code, os.strerror(code), str(second))
 
 
 def _fsync_dir(path: Path) -> None:

@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from onnxformer.cli.errors import user_errors
+from onnxformer.cli.untrusted import UNTRUSTED_HELP, probe_or_exit
 from onnxformer.runtime.inspect import inspect_path
 
 console = Console(highlight=False)
@@ -28,19 +29,26 @@ def inspect_command(
         ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the description as JSON.")] = False,
+    untrusted: Annotated[bool, typer.Option("--untrusted", help=UNTRUSTED_HELP)] = False,
 ) -> None:
     """Show what an export holds: family, config, every file with its size and role, graph inputs and
     outputs with their symbolic dims, opset, tool versions, KV-cache layout, special tokens, generation
     defaults and the parity to PyTorch recorded at export. For a single .onnx file: its inputs, outputs,
     opset and metadata, and its entry in the surrounding folder's manifest.json."""
     with user_errors(ctx):
+        probe = probe_or_exit(path, as_json=as_json) if untrusted else None
         report = inspect_path(path, verify=verify)
+    report["probe"] = None if probe is None else probe.to_dict()
     if as_json:
         typer.echo(json.dumps(report, indent=2, ensure_ascii=False))
     elif report["type"] == "folder":
         _show_folder(report)
     else:
         _show_file(report)
+    if probe is not None and not as_json:
+        console.print(
+            f"untrusted probe ({probe.seconds:.1f} s in a separate process): {escape(probe.detail)}"
+        )
     if report["verify"] is not None and not report["verify"]["ok"]:
         raise typer.Exit(1)
 
@@ -125,7 +133,10 @@ def _files_table(report: dict[str, Any]) -> None:
         table.add_column(column, justify="right", no_wrap=True)
     if checks:
         table.add_column("check", no_wrap=True)
+    goldens = [entry for entry in report["files"] if entry["role"] == "golden"]
     for entry in report["files"]:
+        if entry["role"] == "golden":
+            continue
         parity = entry["parity"]
         row = [entry["path"], _role(entry), _size(entry["size"])]
         if parity:
@@ -136,6 +147,13 @@ def _files_table(report: dict[str, Any]) -> None:
         if checks:
             check = checks[entry["path"]]
             row.append("ok" if check["ok"] else "FAILED")
+        table.add_row(*map(escape, row))
+    if goldens:
+        summary = report["goldens"]
+        row = [f"goldens/ ({len(goldens)} files)", "golden test data", _size(sum(e["size"] for e in goldens))]
+        row += [f"{summary['cases']} cases", "-"]
+        if checks:
+            row.append("ok" if all(checks[e["path"]]["ok"] for e in goldens) else "FAILED")
         table.add_row(*map(escape, row))
     console.print(table)
     for check in checks.values():

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from onnxformer.cli.errors import user_errors
+from onnxformer.cli.untrusted import UNTRUSTED_HELP, probe_or_exit
 from onnxformer.runtime.check import check_export
 from onnxformer.runtime.folder import ExportFolder
 from onnxformer.runtime.goldens import GoldenResult, run_goldens
@@ -24,6 +25,7 @@ def verify_command(
         typer.Option(help="Re-run the parity checks against this training checkpoint (needs the builder)."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+    untrusted: Annotated[bool, typer.Option("--untrusted", help=UNTRUSTED_HELP)] = False,
 ) -> None:
     """Check every file of an export against the sha256 in its manifest, load each ONNX graph in ONNX
     Runtime (CPU) and compare its inputs and outputs with the manifest, then run the golden test data
@@ -31,9 +33,12 @@ def verify_command(
     and print the differences. With --checkpoint, also run every graph against the PyTorch model again and
     print the max abs/rel differences per file and output. Exits 1 if anything is wrong."""
     with user_errors(ctx):
+        if untrusted:
+            probe_or_exit(folder, as_json=as_json)
         export = ExportFolder.open(folder)
         results = check_export(export)
-        goldens = run_goldens(export) if all(result.ok for result in results) else []
+        files_ok = all(result.ok for result in results)
+        goldens = run_goldens(export) if files_ok else []
         reverified = {}
         if checkpoint is not None:
             from onnxformer.builder.export.models import reverify_export
@@ -91,7 +96,10 @@ def verify_command(
                     "-" if rel is None else f"{rel:.1e}",
                 )
         console.print(table)
-        console.print(_goldens_table(folder, export, goldens))
+        if not files_ok:
+            console.print("goldens not run: fix the files that failed their checks first")
+        else:
+            console.print(_goldens_table(folder, export, goldens))
     if failed:
         raise typer.Exit(1)
 

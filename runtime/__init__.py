@@ -12,6 +12,7 @@ from onnxformer.runtime.encoder import Classification, TextEncoder
 from onnxformer.runtime.errors import (
     ConfigError,
     ExportError,
+    InferenceError,
     InputError,
     ManifestError,
     OnnxformerError,
@@ -27,6 +28,7 @@ __all__ = [
     "ConfigError",
     "ExportError",
     "Generation",
+    "InferenceError",
     "InputError",
     "ManifestError",
     "OnnxformerError",

@@ -9,7 +9,6 @@ how one step runs, which the caller passes in as a `StepFn`.
 Shape legend: B batch, K beams, T new tokens this step, P past length, V vocabulary, H heads, Dh head width.
 """
 
-import math
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -95,13 +94,13 @@ def check_token_rows(
     rows: Sequence[Sequence[int]], *, vocab_size: int, limit: int | None, what: str
 ) -> list[list[int]]:
     """Framed token rows as lists of ints, refused before ONNX Runtime sees them (CUDA may clamp bad ids)."""
-    if isinstance(rows, str | bytes) or not isinstance(rows, Sequence | np.ndarray):
+    if isinstance(rows, str | bytes) or not _is_list(rows):
         raise InputError(f"give a list of {what}s, each a list of token ids")
     if len(rows) == 0:
         raise InputError(f"give at least one {what}")
     checked = []
     for index, row in enumerate(rows):
-        if isinstance(row, str | bytes) or not isinstance(row, Sequence | np.ndarray):
+        if isinstance(row, str | bytes) or not _is_list(row):
             raise InputError(f"{what} {index} must be a list of token ids, got {type(row).__name__}")
         if len(row) == 0:
             raise InputError(f"{what} {index} is empty; it needs at least one token (e.g. <s>)")
@@ -122,14 +121,25 @@ def check_token_rows(
     return checked
 
 
+def _is_list(value: Any) -> bool:
+    """A sequence or a numpy array with at least one axis (a 0-d array has no length)."""
+    if isinstance(value, np.ndarray):
+        return value.ndim >= 1
+    return isinstance(value, Sequence)
+
+
 def check_stop_tokens(stop_tokens: Collection[int], *, vocab_size: int) -> frozenset[int]:
     if isinstance(stop_tokens, str | bytes):
         raise InputError("stop_tokens must be token ids; use stop=[...] for stop strings")
+    if (isinstance(stop_tokens, np.ndarray) and stop_tokens.ndim != 1) or not isinstance(
+        stop_tokens, Collection
+    ):
+        raise InputError(f"stop_tokens must be a list of token ids, got {type(stop_tokens).__name__}")
     ids = list(stop_tokens)
     if any(
         isinstance(t, bool) or not isinstance(t, int | np.integer) or not 0 <= t < vocab_size for t in ids
     ):
-        raise InputError(f"stop_tokens must be token ids in 0 .. {vocab_size - 1}, got {ids}")
+        raise InputError(f"stop_tokens must be token ids in 0 .. {vocab_size - 1}, got {ids[:10]}")
     return frozenset(int(t) for t in ids)
 
 
@@ -360,9 +370,17 @@ def beam_search(
     return [hypotheses.best() for hypotheses in results]
 
 
+MAX_LENGTH_PENALTY = 10.0  # length ** penalty must stay a finite, non-zero float for any context length
+
+
 def check_length_penalty(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not -MAX_LENGTH_PENALTY <= value <= MAX_LENGTH_PENALTY
+    ):
         raise InputError(
-            f"length_penalty must be a finite number (1.0 = average log-probability), got {value!r}"
+            f"length_penalty must be a number in [-{MAX_LENGTH_PENALTY:g}, {MAX_LENGTH_PENALTY:g}] "
+            f"(1.0 = average log-probability, 0 = sum), got {value!r}"
         )
     return float(value)

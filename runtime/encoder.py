@@ -105,7 +105,7 @@ class TextEncoder(ExportModel):
         for index, text in enumerate(texts):
             if not isinstance(text, str):
                 raise InputError(f"text {index} must be a str, got {type(text).__name__}")
-            row = [special["cls"], *self.tokenizer.encode(text), special["sep"]]
+            row = [special["cls"], *self.tokenizer.encode(text, limit=self.max_len), special["sep"]]
             if len(row) > self.max_len:
                 raise InputError(
                     f"text {index} is {len(row)} tokens with <cls> and <sep>, but the model reads at most "

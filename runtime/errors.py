@@ -27,3 +27,7 @@ class ExportError(OnnxformerError):
 
 class ParityError(ExportError):
     """An exported graph disagrees with PyTorch by more than the tolerance."""
+
+
+class InferenceError(OnnxformerError):
+    """ONNX Runtime failed running a graph that loaded (inputs that do not fit it, or a damaged model)."""

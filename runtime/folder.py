@@ -1,18 +1,50 @@
 """Opening an export folder: the manifest is parsed and every file is checked before anything uses it.
 
-Files are read through `ExportFolder.read`, which refuses paths that leave the folder (absolute, `..`,
-symlinks) and anything but a regular file, and checks size and sha256 of the bytes it returns; callers
-hand those same bytes to ONNX Runtime or the tokenizer, so what is checked is what is run.
+Files are read through `ExportFolder.read`, and callers hand the bytes it returns to ONNX Runtime or the
+tokenizer, so what is checked is what is run. An export folder may come from anyone, so a file is only
+read when all of this holds (otherwise `ManifestError`, and nothing outside the folder is opened):
+
+- its manifest path is plain and relative: no absolute path, no `..`, `.` or empty part, no backslash,
+  colon or control character;
+- the folders on the way are walked one at a time from the export folder with `O_NOFOLLOW`, so no
+  symbolic link is followed, wherever it sits and even if it is swapped in while we look;
+- it is a regular file with one hard link, checked with `lstat` before it is opened (so a FIFO, device
+  or socket is never opened, and neither is a file outside the folder that a hard link shares) and again
+  with `fstat` on the opened descriptor (`O_NONBLOCK`: opening can never hang), which must be the same
+  inode;
+- its size is the manifest's before a byte is read (a huge or endless file is never read), and its
+  sha256 is the manifest's after;
+- an ONNX file references no external data: our exports keep every weight inside the .onnx file, and
+  an external-data location (`../../etc/passwd`, or ONNX Runtime's `*/_ORT_MEM_ADDR_/*` marker, which
+  reads process memory) would let a model read outside the folder, so any use of it is refused.
+
+Hard links are refused outright rather than judged: a second name for an inode cannot be told from a
+link to a file outside the folder. Copy an export with `cp -r`, not `cp -l`.
 """
 
+import errno
 import hashlib
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from onnxformer.runtime.errors import ManifestError
 from onnxformer.runtime.manifest import MANIFEST_NAME, FileEntry, Manifest
+
+MAX_MANIFEST_BYTES = 64 * 2**20  # far above any real manifest; a bigger one is refused unread
+MAX_MODEL_BYTES = 2**31  # protobuf's limit on one serialized message
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_FILE_FLAGS = (
+    os.O_RDONLY
+    | _NOFOLLOW
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_NOCTTY", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+)
+_DIR_FLAGS = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+_WALK_BY_FD = os.open in os.supports_dir_fd and os.stat in os.supports_dir_fd
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -23,6 +55,7 @@ def sha256_bytes(data: bytes) -> str:
 class ExportFolder:
     root: Path
     manifest: Manifest
+    manifest_sha256: str = ""  # of the manifest.json bytes that were parsed
 
     @classmethod
     def open(cls, folder: str | os.PathLike) -> "ExportFolder":
@@ -30,43 +63,49 @@ class ExportFolder:
         if not root.exists():
             raise ManifestError(f"{root} does not exist; pass the folder an `onnxformer export` wrote")
         if not root.is_dir():
-            raise ManifestError(f"{root} is not a folder; pass the export folder, not a file inside it")
-        manifest_path = root / MANIFEST_NAME
-        if not manifest_path.is_file():
+            raise ManifestError(f"{root} is not a folder; pass the folder an `onnxformer export` wrote")
+        if not (root / MANIFEST_NAME).exists() and not (root / MANIFEST_NAME).is_symlink():
             raise ManifestError(
                 f"{root} is not an onnxformer export: it has no {MANIFEST_NAME}; "
                 "pass the folder an `onnxformer export` wrote"
             )
+        data = read_inside(root, MANIFEST_NAME, size=None, limit=MAX_MANIFEST_BYTES)
         try:
-            text = _read_regular_file(manifest_path).decode("utf-8")
+            text = data.decode("utf-8")
         except UnicodeDecodeError:
-            raise ManifestError(f"{manifest_path} is not UTF-8 text; re-export the folder") from None
-        return cls(root, Manifest.from_json(text))
+            raise ManifestError(f"{root / MANIFEST_NAME} is not UTF-8 text; re-export the folder") from None
+        try:
+            manifest = Manifest.from_json(text)
+        except ManifestError:
+            raise
+        except (RecursionError, ValueError, TypeError, KeyError, AttributeError) as error:
+            # A hostile manifest may nest or size its JSON to trip the parser; never let that escape.
+            raise ManifestError(
+                f"{root / MANIFEST_NAME} is malformed ({type(error).__name__}: {str(error)[:200]}); "
+                "re-export the folder"
+            ) from None
+        for entry in manifest.files:
+            plain_parts(entry.path)
+        return cls(root, manifest, sha256_bytes(data))
 
     def path_of(self, relative: str) -> Path:
-        """The checked location of a manifest entry, inside the folder."""
-        pure = PurePosixPath(relative)
-        if not relative or pure.is_absolute() or "\\" in relative or ".." in pure.parts:
-            raise ManifestError(f"{MANIFEST_NAME} names {relative!r}, which is not a plain relative path")
-        path = self.root.joinpath(*pure.parts)
-        root = self.root.resolve()
-        if not path.resolve().is_relative_to(root):
-            raise ManifestError(f"{relative!r} leads outside the export folder {self.root}; refusing it")
-        for parent in [path, *path.parents]:
-            if parent.resolve() == root:
-                break
-            if parent.is_symlink():
+        """The location of a manifest entry inside the folder (checked as a plain relative path that
+        goes through no symbolic link; `read` checks again while it opens the file)."""
+        parts = plain_parts(relative)
+        path = self.root.joinpath(*parts)
+        for depth in range(1, len(parts) + 1):
+            if self.root.joinpath(*parts[:depth]).is_symlink():
                 raise ManifestError(f"{relative!r} goes through a symbolic link; refusing it")
         return path
 
     def read(self, relative: str) -> bytes:
-        """The bytes of a listed file after checking its size and sha256 against the manifest."""
+        """The bytes of a listed file after checking its size and sha256 against the manifest (and, for a
+        graph, that it uses no external data)."""
         entry = self.manifest.file(relative)
-        path = self.path_of(entry.path)
-        if not path.exists():
-            raise ManifestError(f"{path} is listed in {MANIFEST_NAME} but missing; re-export the folder")
-        data = _read_regular_file(path)
+        data = read_inside(self.root, entry.path, size=entry.size)
         _check(entry, data)
+        if entry.path.endswith(".onnx") or entry.path in self.manifest.graphs.values():
+            refuse_external_data(data, name=entry.path)
         return data
 
     def verify(self) -> list[FileEntry]:
@@ -74,6 +113,161 @@ class ExportFolder:
         for entry in self.manifest.files:
             self.read(entry.path)
         return list(self.manifest.files)
+
+
+def plain_parts(relative: object) -> tuple[str, ...]:
+    """The parts of a manifest path, refused unless it is a plain relative path of forward slashes."""
+    refusal = ManifestError(
+        f"{MANIFEST_NAME} names {relative!r}, which is not a plain relative path inside the folder; "
+        "re-export the folder"
+    )
+    if not isinstance(relative, str) or not relative or relative.startswith("/"):
+        raise refusal
+    if any(ord(c) < 32 or ord(c) == 127 or c in "\\:" for c in relative):
+        raise refusal
+    parts = tuple(relative.split("/"))
+    if any(part in ("", ".", "..") for part in parts):
+        raise refusal
+    return parts
+
+
+def read_inside(root: Path, relative: str, *, size: int | None, limit: int | None = None) -> bytes:
+    """The bytes of `relative` under `root`, opened as described in the module docstring.
+
+    `size` (the manifest's) is checked before reading; otherwise at most `limit` bytes are accepted.
+    """
+    parts = plain_parts(relative)
+    shown = root.joinpath(*parts)
+    if not _WALK_BY_FD:  # no openat (Windows): check by path, then open without following the last link
+        return _read_by_path(root, parts, shown, size=size, limit=limit)
+    fds = []
+    try:
+        fds.append(_open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0), None, shown))
+        for part in parts[:-1]:
+            fds.append(_open(part, _DIR_FLAGS, fds[-1], shown))
+        before = _lstat(parts[-1], fds[-1], shown)
+        _check_stat(before, shown, size=size, limit=limit)
+        fd = _open(parts[-1], _FILE_FLAGS, fds[-1], shown)
+        fds.append(fd)
+        after = os.fstat(fd)
+        if (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
+            raise ManifestError(f"{shown} was replaced while it was being opened; refusing it")
+        _check_stat(after, shown, size=size, limit=limit)
+        return _read_fd(fd, shown, size=size, limit=limit)
+    finally:
+        for fd in reversed(fds):
+            os.close(fd)
+
+
+def read_regular_file(path: str | os.PathLike, *, limit: int) -> bytes:
+    """The bytes of a file the user named directly (a symbolic link they name is followed: they chose
+    it), refused unless it is a regular file of at most `limit` bytes; a FIFO or device is never opened."""
+    shown = Path(path)
+    try:
+        before = os.stat(shown)
+    except FileNotFoundError:
+        raise ManifestError(f"{shown} does not exist") from None
+    except OSError as error:
+        raise _open_error(error, shown) from None
+    _check_kind_and_limit(before, shown, limit)
+    fd = _open(shown, os.O_RDONLY | (_FILE_FLAGS & ~_NOFOLLOW) | getattr(os, "O_BINARY", 0), None, shown)
+    try:
+        after = os.fstat(fd)
+        if (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
+            raise ManifestError(f"{shown} was replaced while it was being opened; refusing it")
+        _check_kind_and_limit(after, shown, limit)
+        return _read_fd(fd, shown, size=None, limit=limit)
+    finally:
+        os.close(fd)
+
+
+def _check_kind_and_limit(info: os.stat_result, shown: Path, limit: int) -> None:
+    if not stat.S_ISREG(info.st_mode):
+        kind = next((name for test, name in _KINDS.items() if test(info.st_mode)), "not a regular file")
+        raise ManifestError(f"{shown} is {kind}, not a regular file; refusing it")
+    if info.st_size > limit:
+        raise ManifestError(f"{shown} has {info.st_size} bytes, more than the {limit} allowed; refusing it")
+
+
+def _read_by_path(
+    root: Path, parts: tuple[str, ...], shown: Path, *, size: int | None, limit: int | None
+) -> bytes:
+    for depth in range(1, len(parts) + 1):
+        if root.joinpath(*parts[:depth]).is_symlink():
+            raise ManifestError(f"{shown} goes through a symbolic link; refusing it")
+    _check_stat(_lstat(str(shown), None, shown), shown, size=size, limit=limit)
+    fd = _open(shown, _FILE_FLAGS | getattr(os, "O_BINARY", 0), None, shown)
+    try:
+        _check_stat(os.fstat(fd), shown, size=size, limit=limit)
+        return _read_fd(fd, shown, size=size, limit=limit)
+    finally:
+        os.close(fd)
+
+
+def _open(name: str | Path, flags: int, dir_fd: int | None, shown: Path) -> int:
+    try:
+        return os.open(name, flags, dir_fd=dir_fd) if dir_fd is not None else os.open(name, flags)
+    except OSError as error:
+        raise _open_error(error, shown) from None
+
+
+def _lstat(name: str, dir_fd: int | None, shown: Path) -> os.stat_result:
+    try:
+        if dir_fd is None:
+            return os.stat(name, follow_symlinks=False)
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError as error:
+        raise _open_error(error, shown) from None
+
+
+def _open_error(error: OSError, shown: Path) -> ManifestError:
+    if error.errno == errno.ENOENT:
+        return ManifestError(f"{shown} is listed in {MANIFEST_NAME} but missing; re-export the folder")
+    if error.errno in (errno.ELOOP, errno.ENOTDIR):  # O_NOFOLLOW met a link, or a file where a folder was
+        return ManifestError(f"{shown} goes through a symbolic link or a non-folder; refusing it")
+    return ManifestError(f"cannot open {shown}: {error.strerror}; check the folder's permissions")
+
+
+_KINDS = {
+    stat.S_ISLNK: "a symbolic link",
+    stat.S_ISDIR: "a folder",
+    stat.S_ISFIFO: "a FIFO",
+    stat.S_ISCHR: "a character device",
+    stat.S_ISBLK: "a block device",
+    stat.S_ISSOCK: "a socket",
+}
+
+
+def _check_stat(info: os.stat_result, shown: Path, *, size: int | None, limit: int | None) -> None:
+    _check_kind_and_limit(info, shown, limit if limit is not None else info.st_size)
+    if info.st_nlink > 1:
+        raise ManifestError(
+            f"{shown} has {info.st_nlink} hard links, so it may be a file outside the folder; refusing it "
+            "(copy exports with `cp -r`, not as hard links)"
+        )
+    if size is not None and info.st_size != size:
+        raise ManifestError(
+            f"{shown} has {info.st_size} bytes but {MANIFEST_NAME} says {size}: the file was truncated or "
+            "altered; re-export the folder"
+        )
+
+
+def _read_fd(fd: int, shown: Path, *, size: int | None, limit: int | None) -> bytes:
+    """Exactly the expected bytes; one more than expected (a file growing while read) is refused."""
+    most = size if size is not None else limit
+    chunks, total = [], 0
+    while True:
+        want = (most + 1 - total) if most is not None else 1 << 20
+        if want <= 0:
+            break
+        chunk = os.read(fd, min(want, 1 << 24))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    if most is not None and total > most:
+        raise ManifestError(f"{shown} grew while it was read; refusing it")
+    return b"".join(chunks)
 
 
 def _check(entry: FileEntry, data: bytes) -> None:
@@ -90,12 +284,83 @@ def _check(entry: FileEntry, data: bytes) -> None:
         )
 
 
-def _read_regular_file(path: Path) -> bytes:
+# External data. Where a TensorProto can sit in a serialized ModelProto (onnx.proto field numbers):
+# message -> {field number: message it holds}. TensorProto fields 13 (external_data) and 14
+# (data_location, 1 = EXTERNAL) mark external data.
+_MODEL, _GRAPH, _NODE, _ATTRIBUTE, _FUNCTION, _SPARSE, _TENSOR, _TRAINING = range(8)
+_HOLDS = {
+    _MODEL: {7: _GRAPH, 20: _TRAINING, 25: _FUNCTION},
+    _TRAINING: {1: _GRAPH, 2: _GRAPH},
+    _GRAPH: {1: _NODE, 5: _TENSOR, 15: _SPARSE},
+    _NODE: {5: _ATTRIBUTE},
+    _ATTRIBUTE: {5: _TENSOR, 6: _GRAPH, 10: _TENSOR, 11: _GRAPH, 22: _SPARSE, 23: _SPARSE},
+    _FUNCTION: {7: _NODE, 11: _ATTRIBUTE},
+    _SPARSE: {1: _TENSOR, 2: _TENSOR},
+    _TENSOR: {},
+}
+_MAX_DEPTH = 64  # subgraphs nest (If, Loop, Scan); no real model nests this deep
+
+
+def refuse_external_data(data: bytes, *, name: str) -> None:
+    """Raise `ManifestError` unless `data` is a serialized ONNX model whose tensors all hold their own
+    bytes: no tensor (initializer, Constant, attribute, subgraph or function) may use external data."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError as error:
-        raise ManifestError(f"cannot open {path}: {error.strerror}") from None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise ManifestError(f"{path} is not a regular file; refusing it")
-        return handle.read()
+        found = _uses_external_data(memoryview(data), _MODEL, 0)
+    except ValueError as error:
+        raise ManifestError(f"{name} is not a valid ONNX model ({error}); re-export the folder") from None
+    if found:
+        raise ManifestError(
+            f"{name} keeps tensor data in an external file; onnxformer exports never do, and external "
+            "data could read files outside the folder, so the model is refused; re-export the folder"
+        )
+
+
+def _uses_external_data(buffer: memoryview, kind: int, depth: int) -> bool:
+    if depth > _MAX_DEPTH:
+        raise ValueError(f"messages nested more than {_MAX_DEPTH} deep")
+    holds = _HOLDS[kind]
+    for number, wire, value in _fields(buffer):
+        if kind == _TENSOR and (number == 13 or (number == 14 and wire == 0 and value != 0)):
+            return True
+        if number in holds:
+            if wire != 2:
+                raise ValueError(f"field {number} has wire type {wire}, not a message")
+            if _uses_external_data(value, holds[number], depth + 1):
+                return True
+    return False
+
+
+def _fields(buffer: memoryview) -> Iterator[tuple[int, int, object]]:
+    """(field number, wire type, value) of one protobuf message: varints as ints, the rest as bytes."""
+    position = 0
+    while position < len(buffer):
+        key, position = _varint(buffer, position)
+        number, wire = key >> 3, key & 7
+        if number == 0:
+            raise ValueError("field number 0")
+        if wire == 0:
+            value, position = _varint(buffer, position)
+        elif wire in (1, 2, 5):
+            if wire == 2:
+                size, position = _varint(buffer, position)
+            else:
+                size = 8 if wire == 1 else 4
+            if position + size > len(buffer):
+                raise ValueError("a field runs past the end of the data")
+            value, position = buffer[position : position + size], position + size
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+        yield number, wire, value
+
+
+def _varint(buffer: memoryview, position: int) -> tuple[int, int]:
+    value = 0
+    for shift in range(0, 70, 7):
+        if position >= len(buffer):
+            raise ValueError("truncated varint")
+        byte = buffer[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, position
+    raise ValueError("varint longer than 10 bytes")

@@ -224,7 +224,7 @@ class TextGenerator(ExportModel):
         for index, prompt in enumerate(prompts):
             if not isinstance(prompt, str):
                 raise InputError(f"prompt {index} must be a str, got {type(prompt).__name__}")
-            row = [*self.prefix, *self.tokenizer.encode(prompt)]
+            row = [*self.prefix, *self.tokenizer.encode(prompt, limit=self.max_len)]
             if len(row) > self.max_len:
                 raise InputError(
                     f"prompt {index} is {len(row)} tokens with <s>, but the model's context is "

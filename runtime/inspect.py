@@ -16,7 +16,7 @@ from typing import Any
 
 from onnxformer.runtime.check import check_export
 from onnxformer.runtime.errors import ExportError, ManifestError, OnnxformerError
-from onnxformer.runtime.folder import ExportFolder
+from onnxformer.runtime.folder import MAX_MODEL_BYTES, ExportFolder, read_regular_file
 from onnxformer.runtime.manifest import MANIFEST_NAME, FileEntry, Manifest, TensorSpec
 from onnxformer.runtime.session import create_session
 
@@ -60,6 +60,7 @@ def inspect_folder(path: str | Path, *, verify: bool = False) -> dict[str, Any]:
         "extra": dict(manifest.extra),
         "files": [describe_entry(entry, manifest) for entry in manifest.files],
         "total_size": sum(entry.size for entry in manifest.files),
+        "goldens": _goldens(manifest),
         "verify": None,
     }
     if verify:
@@ -71,7 +72,9 @@ def inspect_folder(path: str | Path, *, verify: bool = False) -> dict[str, Any]:
 def describe_entry(entry: FileEntry, manifest: Manifest) -> dict[str, Any]:
     """One manifest file entry, with its role: the graph role, "tokenizer", or "block"."""
     roles = {file: role for role, file in manifest.graphs.items()}
-    role = roles.get(entry.path) or ("tokenizer" if entry.path == manifest.tokenizer else "block")
+    role = roles.get(entry.path) or (
+        "tokenizer" if entry.path == manifest.tokenizer else "golden" if entry.kind == "golden" else "block"
+    )
     return {
         "path": entry.path,
         "role": role,
@@ -82,6 +85,22 @@ def describe_entry(entry: FileEntry, manifest: Manifest) -> dict[str, Any]:
         "inputs": [_tensor(spec) for spec in entry.inputs],
         "outputs": [_tensor(spec) for spec in entry.outputs],
         "parity": None if entry.parity is None else _parity(entry),
+    }
+
+
+def _goldens(manifest: Manifest) -> dict[str, Any] | None:
+    """How much golden test data the folder carries (None for an export made before goldens)."""
+    goldens = manifest.goldens
+    if goldens is None:
+        return None
+    files = [entry for entry in manifest.files if entry.kind == "golden"]
+    return {
+        "graphs": len(goldens.graphs),
+        "cases": sum(len(graph.cases) for graph in goldens.graphs),
+        "files": len(files),
+        "size": sum(entry.size for entry in files),
+        "end_to_end": goldens.end_to_end,
+        "tolerances": sorted({(graph.atol, graph.rtol) for graph in goldens.graphs}),
     }
 
 
@@ -114,10 +133,7 @@ def inspect_onnx_file(path: str | Path, *, verify: bool = False) -> dict[str, An
     With `verify`, the file must be listed in that manifest with the same size, sha256, inputs and outputs.
     """
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise ManifestError(f"cannot read {path}: {error.strerror}") from None
+    data = read_regular_file(path, limit=MAX_MODEL_BYTES)  # a FIFO or device named .onnx is refused
     try:
         session = create_session(data, device="cpu").session
     except OnnxformerError:

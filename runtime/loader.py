@@ -15,6 +15,7 @@ from onnxformer.runtime.decoding import CacheLayout
 from onnxformer.runtime.errors import ManifestError, OnnxformerError
 from onnxformer.runtime.folder import ExportFolder
 from onnxformer.runtime.manifest import Manifest
+from onnxformer.runtime.probe import ProbeResult, probe_export
 from onnxformer.runtime.session import Device, Session, create_session
 from onnxformer.runtime.tokenizer import TextTokenizer
 
@@ -80,9 +81,19 @@ def open_export(
     family: str | None = None,
     device: Device = "auto",
     threads: int | None = None,
+    untrusted: bool = False,
 ) -> ModelExport:
-    """Open and verify a model export; `family` refuses any other family (before building sessions)."""
+    """Open and verify a model export; `family` refuses any other family (before building sessions).
+
+    `untrusted=True` first does all of this, plus one tiny request, in a child process under time and
+    memory limits (`onnxformer.runtime.probe`), and refuses the folder unless that went well, so a model
+    that would crash or hang ONNX Runtime kills the child, not the caller."""
+    probed = _probe(folder) if untrusted else None
     opened = ExportFolder.open(folder)
+    if probed is not None and opened.manifest_sha256 != probed.manifest_sha256:
+        raise ManifestError(
+            f"{opened.root}/manifest.json changed between the untrusted probe and loading; refusing it"
+        )
     manifest = opened.manifest
     if manifest.export_kind != "model":
         raise ManifestError(
@@ -122,6 +133,16 @@ def open_export(
     return ModelExport(opened, tokenizer, sessions, cache)
 
 
+def _probe(folder: str | os.PathLike) -> ProbeResult:
+    result = probe_export(folder)
+    if not result.ok:
+        raise ManifestError(
+            f"{folder} failed the untrusted probe, so it is not loaded: {result.detail}; "
+            "do not run this export, or re-export it from a checkpoint you trust"
+        )
+    return result
+
+
 def _wrong_family(root: os.PathLike, actual: str, wanted: str) -> ManifestError:
     return ManifestError(
         f"{root} holds a {actual} export, which {CLASS_NAMES[wanted]} cannot run; "
@@ -147,16 +168,22 @@ def _check_inputs(session: Session, path: str, expected: list[str]) -> None:
 
 
 def load(
-    folder: str | os.PathLike, *, device: Device = "auto", threads: int | None = None
+    folder: str | os.PathLike,
+    *,
+    device: Device = "auto",
+    threads: int | None = None,
+    untrusted: bool = False,
 ) -> "TextGenerator | TextEncoder | TextToText":
-    """The model in an export folder, as the class for its family (see CLASS_NAMES)."""
+    """The model in an export folder, as the class for its family (see CLASS_NAMES).
+
+    Pass `untrusted=True` for a folder from someone you do not trust (see `open_export`)."""
     # The classes are built on this module, so they are imported here rather than at the top.
     from onnxformer.runtime.encoder import TextEncoder
     from onnxformer.runtime.generator import TextGenerator
     from onnxformer.runtime.seq2seq import TextToText
 
     classes = {"gpt": TextGenerator, "bert": TextEncoder, "t5": TextToText}
-    export = open_export(folder, device=device, threads=threads)
+    export = open_export(folder, device=device, threads=threads, untrusted=untrusted)
     return classes[export.family](export)
 
 
@@ -180,9 +207,16 @@ class ExportModel:
 
     @classmethod
     def load(
-        cls: type[ModelT], folder: str | os.PathLike, *, device: Device = "auto", threads: int | None = None
+        cls: type[ModelT],
+        folder: str | os.PathLike,
+        *,
+        device: Device = "auto",
+        threads: int | None = None,
+        untrusted: bool = False,
     ) -> ModelT:
-        return cls(open_export(folder, family=cls.family, device=device, threads=threads))
+        return cls(
+            open_export(folder, family=cls.family, device=device, threads=threads, untrusted=untrusted)
+        )
 
     @property
     def config(self) -> dict:

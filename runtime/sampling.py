@@ -13,6 +13,8 @@ import numpy as np
 
 from onnxformer.runtime.errors import ConfigError, InputError
 
+MAX_TEMPERATURE = 1e300  # far past the point where sampling is uniform; a float, unlike a huge int
+
 
 @dataclass(frozen=True)
 class SamplingConfig:
@@ -24,8 +26,12 @@ class SamplingConfig:
     def __post_init__(self) -> None:
         if isinstance(self.temperature, bool) or not isinstance(self.temperature, int | float):
             raise ConfigError(f"temperature must be a number >= 0, got {self.temperature!r}")
-        if not np.isfinite(self.temperature) or self.temperature < 0:
-            raise ConfigError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        # `not <=` also refuses NaN; the upper bound keeps a huge int from overflowing the division.
+        if self.temperature < 0 or not self.temperature <= MAX_TEMPERATURE:
+            raise ConfigError(
+                f"temperature must be >= 0 (0 = greedy) and at most {MAX_TEMPERATURE:g}, "
+                f"got {self.temperature}"
+            )
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
             raise ConfigError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
         if isinstance(self.top_p, bool) or not isinstance(self.top_p, int | float):
@@ -63,7 +69,13 @@ class Sampler:
         )
 
     def _sample_row(self, logits: np.ndarray, rng: np.random.Generator) -> int:
-        scaled = logits.astype(np.float64) / self.config.temperature  # (V,)
+        logits = logits.astype(np.float64)
+        with np.errstate(over="ignore"):
+            scaled = logits / self.config.temperature  # (V,)
+            if (np.isinf(scaled) & np.isfinite(logits)).any():
+                # A tiny temperature (say 1e-310) overflows; shifting by the maximum first keeps the
+                # largest logit at 0 and sends the rest to -inf: the greedy limit such a temperature nears.
+                scaled = (logits - logits.max()) / self.config.temperature  # (V,)
         order = np.argsort(-scaled, kind="stable")  # most likely first; ties keep the lower id first
         ranked = scaled[order]
         if self.config.top_k:

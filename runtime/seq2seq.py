@@ -143,6 +143,11 @@ class TextToText(ExportModel):
         here (it equals greedy decoding), while `generate` sends 1 to the greedy loop."""
         if isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 1:
             raise InputError(f"num_beams must be an integer >= 1, got {num_beams!r}")
+        if num_beams > self.vocab_size:
+            # Each beam holds a copy of the encoder's keys and values: an unbounded count is unbounded memory.
+            raise InputError(
+                f"num_beams must be at most the vocabulary size {self.vocab_size}, got {num_beams}"
+            )
         rows, budget, stop = self._check(sources, max_new_tokens, stop_tokens)
         penalty = check_length_penalty(length_penalty)
         return beam_search(
@@ -215,7 +220,7 @@ class TextToText(ExportModel):
                 raise InputError(f"text {index} must be a str, got {type(text).__name__}")
             if not text:
                 raise InputError(f"text {index} is empty; give the text to transform")
-            row = [*self.tokenizer.encode(text), self.export.special["eos"]]
+            row = [*self.tokenizer.encode(text, limit=self.max_len), self.export.special["eos"]]
             if len(row) > self.max_len:
                 raise InputError(
                     f"text {index} is {len(row)} tokens with </s>, but the model reads at most "

@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass
 from typing import Literal
 
-from onnxformer.runtime.errors import ConfigError, OnnxformerError
+from onnxformer.runtime.errors import ConfigError, InferenceError, OnnxformerError
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,14 @@ class Session:
     reason: str  # why this provider (e.g. why CUDA was not used)
 
     def run(self, feeds: dict, outputs: list[str] | None = None) -> list:
-        return self.session.run(outputs, feeds)
+        try:
+            return self.session.run(outputs, feeds)
+        except Exception as error:  # ONNX Runtime's own errors are untyped
+            first = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise InferenceError(
+                f"ONNX Runtime could not run the graph ({first}); the inputs do not fit it or the model "
+                "file is damaged: check the export with `onnxformer verify DIR`"
+            ) from error
 
 
 def create_session(model: bytes, *, device: Device = "cpu", threads: int | None = None) -> Session:

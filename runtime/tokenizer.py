@@ -7,6 +7,7 @@ across tokens, so text is always decoded from whole token sequences (see `TextGe
 
 from collections.abc import Sequence
 
+import numpy as np
 from tokenizers import Tokenizer
 
 from onnxformer.runtime.errors import InputError, ManifestError
@@ -22,14 +23,24 @@ class TextTokenizer:
         self.special_tokens = dict(special_tokens)  # name -> id: pad, bos, eos, unk, mask, sep, cls
         self.special_ids = frozenset(self.special_tokens.values())
         self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+        # With byte-level pre-tokenization and no normalizer, a token covers at most as many characters
+        # as its vocabulary entry has (one per byte), so a text longer than limit * that is refused
+        # before the tokenizer spends time on it. Other tokenizers get no early bound.
+        self._max_token_chars: int | None = None
+        if tokenizer.normalizer is None and type(tokenizer.pre_tokenizer).__name__ == "ByteLevel":
+            self._max_token_chars = max(map(len, tokenizer.get_vocab(with_added_tokens=True)), default=1)
 
     @classmethod
     def from_bytes(cls, data: bytes, special_tokens: dict[str, int], *, name: str) -> "TextTokenizer":
         """A tokenizer from verified `tokenizer.json` bytes; `name` is the file, for error messages."""
         try:
             tokenizer = Tokenizer.from_str(data.decode("utf-8"))
-        except Exception as error:  # UnicodeDecodeError, or the library's bare Exception on a bad file
-            raise ManifestError(f"{name} is not a tokenizer.json ({error}); re-export the folder") from None
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as error:  # the library's bare Exception, or a Rust panic (a BaseException)
+            raise ManifestError(
+                f"{name} is not a tokenizer.json ({str(error)[:200]}); re-export the folder"
+            ) from None
         size = tokenizer.get_vocab_size(with_added_tokens=True)
         for key, token_id in special_tokens.items():
             if token_id >= size:
@@ -39,15 +50,35 @@ class TextTokenizer:
                 )
         return cls(tokenizer, special_tokens)
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, *, limit: int | None = None) -> list[int]:
         """The text's token ids, no special tokens added; "" gives []. A special token's text ("<mask>")
-        inside `text` maps to its id."""
+        inside `text` maps to its id. A text sure to exceed `limit` tokens is refused without encoding."""
         if not isinstance(text, str):
             raise InputError(f"text must be a str, got {type(text).__name__}; decode bytes as UTF-8 first")
+        if limit is not None and self._max_token_chars is not None:
+            at_least = -(-len(text) // self._max_token_chars)
+            if at_least > limit:
+                raise InputError(
+                    f"a text of {len(text)} characters is at least {at_least} tokens, but the model reads "
+                    f"at most {limit}; shorten the text"
+                )
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise InputError(
+                f"the text holds {text[error.start : error.end]!r} at position {error.start}, a lone "
+                "surrogate that is not a Unicode character; pass valid text (decode bytes with "
+                "errors='replace')"
+            ) from None
         return self._tokenizer.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids: Sequence[int]) -> str:
         """The text of `ids` with special tokens left out."""
+        listed = ids.ndim == 1 if isinstance(ids, np.ndarray) else isinstance(ids, Sequence)
+        if not listed or isinstance(ids, str | bytes):
+            raise InputError(f"ids must be a list of token ids, got {type(ids).__name__}")
+        if any(isinstance(t, bool) or not isinstance(t, int | np.integer) for t in ids):
+            raise InputError("ids must be integer token ids")
         ids = [int(token_id) for token_id in ids]
         bad = [token_id for token_id in ids if not 0 <= token_id < self.vocab_size]
         if bad:

@@ -160,7 +160,8 @@ def without_attentions(tmp_path: Path) -> Path:
     shutil.copytree(EXPORTED / "gpt", folder, ignore=shutil.ignore_patterns("blocks"))
     manifest = json.loads((folder / "manifest.json").read_text())
     del manifest["graphs"]["attentions"]
-    manifest["files"] = [f for f in manifest["files"] if not f["path"].startswith("blocks/")]
+    manifest["files"] = [f for f in manifest["files"] if not f["path"].startswith(("blocks/", "goldens/"))]
+    del manifest["goldens"]
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return folder
 

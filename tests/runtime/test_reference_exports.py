@@ -16,8 +16,9 @@ from typer.testing import CliRunner
 from onnxformer.cli.main import app
 from onnxformer.runtime import TextEncoder, TextGenerator, TextToText, load
 from onnxformer.runtime.check import check_export
-from onnxformer.runtime.errors import InputError, ManifestError
+from onnxformer.runtime.errors import InferenceError, InputError, ManifestError
 from onnxformer.runtime.folder import ExportFolder
+from onnxformer.runtime.session import create_session
 
 EXPORTED = Path(__file__).resolve().parents[2] / "exported"
 runner = CliRunner()
@@ -123,3 +124,10 @@ def test_installed_entry_point_runs_each_runtime_command() -> None:
     assert outputs["generate"]["results"][0]["output"].endswith(".")
     assert [row["label"] for row in outputs["encode"]["results"]] == [1, 0]
     assert outputs["seq2seq"]["results"][0]["output"] == "The dog was chased by the cat."
+
+
+def test_a_run_onnx_runtime_refuses_is_a_typed_error_naming_the_fix() -> None:
+    session = create_session(ExportFolder.open(EXPORTED / "bert").read("encoder.onnx"))
+    ids = np.ones((1, 4), dtype=np.int64)
+    with pytest.raises(InferenceError, match=r"could not run the graph .*onnxformer verify"):
+        session.run({"input_ids": ids, "attention_mask": ids.astype(np.float32), "token_type_ids": ids})
