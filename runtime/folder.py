@@ -26,10 +26,10 @@ import errno
 import hashlib
 import os
 import stat
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from onnxformer.runtime import protobuf
 from onnxformer.runtime.errors import ManifestError
 from onnxformer.runtime.manifest import MANIFEST_NAME, FileEntry, Manifest
 
@@ -319,7 +319,7 @@ def _uses_external_data(buffer: memoryview, kind: int, depth: int) -> bool:
     if depth > _MAX_DEPTH:
         raise ValueError(f"messages nested more than {_MAX_DEPTH} deep")
     holds = _HOLDS[kind]
-    for number, wire, value in _fields(buffer):
+    for number, wire, value in protobuf.fields(buffer):
         if kind == _TENSOR and (number == 13 or (number == 14 and wire == 0 and value != 0)):
             return True
         if number in holds:
@@ -328,39 +328,3 @@ def _uses_external_data(buffer: memoryview, kind: int, depth: int) -> bool:
             if _uses_external_data(value, holds[number], depth + 1):
                 return True
     return False
-
-
-def _fields(buffer: memoryview) -> Iterator[tuple[int, int, object]]:
-    """(field number, wire type, value) of one protobuf message: varints as ints, the rest as bytes."""
-    position = 0
-    while position < len(buffer):
-        key, position = _varint(buffer, position)
-        number, wire = key >> 3, key & 7
-        if number == 0:
-            raise ValueError("field number 0")
-        if wire == 0:
-            value, position = _varint(buffer, position)
-        elif wire in (1, 2, 5):
-            if wire == 2:
-                size, position = _varint(buffer, position)
-            else:
-                size = 8 if wire == 1 else 4
-            if position + size > len(buffer):
-                raise ValueError("a field runs past the end of the data")
-            value, position = buffer[position : position + size], position + size
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
-        yield number, wire, value
-
-
-def _varint(buffer: memoryview, position: int) -> tuple[int, int]:
-    value = 0
-    for shift in range(0, 70, 7):
-        if position >= len(buffer):
-            raise ValueError("truncated varint")
-        byte = buffer[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, position
-    raise ValueError("varint longer than 10 bytes")

@@ -10,10 +10,10 @@ fields directly.
 
 import hashlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from onnxformer.runtime import protobuf
 from onnxformer.runtime.check import check_export
 from onnxformer.runtime.errors import ExportError, ManifestError, OnnxformerError
 from onnxformer.runtime.folder import MAX_MODEL_BYTES, ExportFolder, read_regular_file
@@ -237,49 +237,15 @@ def _model_header(data: bytes) -> dict[str, Any]:
     serialized ModelProto (onnx.proto); {} when the bytes do not parse, so nothing is made up."""
     header: dict[str, Any] = {"opsets": {}}
     try:
-        for number, value in _protobuf_fields(memoryview(data)):
+        for number, _, value in protobuf.fields(data):
             if number == 1 and isinstance(value, int):
                 header["ir_version"] = value
             elif number == 3 and isinstance(value, memoryview):
                 header["producer_version"] = bytes(value).decode("utf-8")
             elif number == 8 and isinstance(value, memoryview):
-                fields = dict(_protobuf_fields(value))
+                fields = {n: v for n, _, v in protobuf.fields(value)}
                 domain = bytes(fields.get(1, b"")).decode("utf-8") or "ai.onnx"
                 header["opsets"][domain] = fields.get(2, 0)
     except (ValueError, UnicodeDecodeError):
         return {}
     return header
-
-
-def _protobuf_fields(buffer: memoryview) -> Iterator[tuple[int, int | memoryview]]:
-    """(field number, value) of one protobuf message: varints as ints, everything else as raw bytes."""
-    position = 0
-    while position < len(buffer):
-        key, position = _varint(buffer, position)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, position = _varint(buffer, position)
-        elif wire in (1, 2, 5):
-            if wire == 2:
-                size, position = _varint(buffer, position)
-            else:
-                size = 8 if wire == 1 else 4
-            if position + size > len(buffer):
-                raise ValueError("truncated field")
-            value, position = buffer[position : position + size], position + size
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
-        yield number, value
-
-
-def _varint(buffer: memoryview, position: int) -> tuple[int, int]:
-    value = 0
-    for shift in range(0, 70, 7):
-        if position >= len(buffer):
-            raise ValueError("truncated varint")
-        byte = buffer[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, position
-    raise ValueError("varint longer than 10 bytes")

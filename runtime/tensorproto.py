@@ -1,7 +1,7 @@
 """Reading `onnx.TensorProto` files (the golden `input_i.pb` / `output_i.pb`) without `onnx`.
 
-The runtime cannot depend on the `onnx` package, and the message is small: this is the protobuf wire
-format for the fields a tensor needs (https://protobuf.dev/programming-guides/encoding/ and onnx.proto):
+The runtime cannot depend on the `onnx` package, and the message is small: these are the fields a tensor
+needs (onnx.proto), read with `runtime.protobuf`:
 
     dims = 1 (repeated int64)   data_type = 2 (int32)   float_data = 4   int32_data = 5
     int64_data = 7              name = 8 (string)       raw_data = 9 (bytes, little-endian)
@@ -12,6 +12,7 @@ import struct
 
 import numpy as np
 
+from onnxformer.runtime import protobuf
 from onnxformer.runtime.errors import ManifestError
 
 # onnx.TensorProto.DataType -> numpy dtype
@@ -25,55 +26,6 @@ DATA_TYPES: dict[int, np.dtype] = {
     10: np.dtype("<f2"),
     11: np.dtype("<f8"),
 }
-_VARINT, _FIXED64, _BYTES, _FIXED32 = 0, 1, 2, 5
-
-
-def _varint(data: bytes, at: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if at >= len(data) or shift > 63:
-            raise ValueError("truncated or overlong varint")
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, at
-        shift += 7
-
-
-def _signed(value: int) -> int:
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def _fields(data: bytes):
-    """(field number, wire type, value) for each field; value is an int or the bytes of a length field."""
-    at = 0
-    while at < len(data):
-        key, at = _varint(data, at)
-        number, wire = key >> 3, key & 7
-        if wire == _VARINT:
-            value, at = _varint(data, at)
-        elif wire in (_FIXED64, _FIXED32):
-            width = 8 if wire == _FIXED64 else 4
-            value, at = data[at : at + width], at + width
-            if len(value) != width:
-                raise ValueError("truncated fixed-width field")
-        elif wire == _BYTES:
-            length, at = _varint(data, at)
-            value, at = data[at : at + length], at + length
-            if len(value) != length:
-                raise ValueError(f"field {number} runs past the end of the message")
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
-        yield number, wire, value
-
-
-def _packed_varints(value: bytes) -> list[int]:
-    out, at = [], 0
-    while at < len(value):
-        item, at = _varint(value, at)
-        out.append(_signed(item))
-    return out
 
 
 def read_tensor(data: bytes, *, source: str = "tensor") -> tuple[str, np.ndarray]:
@@ -90,15 +42,17 @@ def _read(data: bytes) -> tuple[str, np.ndarray]:
     dims: list[int] = []
     code, name, raw = 0, "", None
     typed: dict[int, list] = {}
-    for number, wire, value in _fields(data):
+    for number, wire, value in protobuf.fields(data):
         if number == 1:
-            dims.extend(_packed_varints(value) if wire == _BYTES else [_signed(value)])
+            dims.extend(
+                protobuf.packed_varints(value) if wire == protobuf.LENGTH else [protobuf.signed(value)]
+            )
         elif number == 2:
             code = value
         elif number == 8:
-            name = value.decode("utf-8")
+            name = bytes(value).decode("utf-8")
         elif number == 9:
-            raw = value
+            raw = bytes(value)
         elif number == 14 and value == 1:
             raise ValueError("it points at external data, which goldens never use")
         elif number in (4, 5, 7, 10):
@@ -127,9 +81,11 @@ def _typed_values(typed: dict[int, list]) -> list:
     for number, items in typed.items():
         for wire, value in items:
             if number == 4:  # float_data: packed or single fixed32
-                values.extend(struct.unpack(f"<{len(value) // 4}f", value))
+                values.extend(struct.unpack(f"<{len(value) // 4}f", bytes(value)))
             elif number == 10:
-                values.extend(struct.unpack(f"<{len(value) // 8}d", value))
+                values.extend(struct.unpack(f"<{len(value) // 8}d", bytes(value)))
             else:  # int32_data / int64_data: packed or single varint
-                values.extend(_packed_varints(value) if wire == _BYTES else [_signed(value)])
+                values.extend(
+                    protobuf.packed_varints(value) if wire == protobuf.LENGTH else [protobuf.signed(value)]
+                )
     return values

@@ -1,0 +1,63 @@
+"""The protobuf wire format, read by hand: the torch-free runtime may not depend on the `onnx` package.
+
+Only what reading ONNX messages needs (https://protobuf.dev/programming-guides/encoding/): fields as
+(number, wire type, value), with varints as ints and every other wire type as the raw bytes. Malformed
+input raises `ValueError`; callers turn it into their own typed error.
+"""
+
+from collections.abc import Iterator
+
+VARINT, FIXED64, LENGTH, FIXED32 = 0, 1, 2, 5
+
+
+def fields(buffer: memoryview | bytes) -> Iterator[tuple[int, int, int | memoryview]]:
+    """(field number, wire type, value) of one message: varints as ints, the rest as memoryviews."""
+    buffer = memoryview(buffer)
+    position = 0
+    while position < len(buffer):
+        key, position = varint(buffer, position)
+        number, wire = key >> 3, key & 7
+        if number == 0:
+            raise ValueError("field number 0")
+        if wire == VARINT:
+            value, position = varint(buffer, position)
+        elif wire in (FIXED64, LENGTH, FIXED32):
+            if wire == LENGTH:
+                size, position = varint(buffer, position)
+            else:
+                size = 8 if wire == FIXED64 else 4
+            if position + size > len(buffer):
+                raise ValueError(f"field {number} runs past the end of the data")
+            value, position = buffer[position : position + size], position + size
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+        yield number, wire, value
+
+
+def varint(buffer: memoryview | bytes, position: int) -> tuple[int, int]:
+    """The varint at `position` and the position after it."""
+    value = 0
+    for shift in range(0, 70, 7):
+        if position >= len(buffer):
+            raise ValueError("truncated varint")
+        byte = buffer[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, position
+    raise ValueError("varint longer than 10 bytes")
+
+
+def signed(value: int) -> int:
+    """An int64 field's value from its varint (negative numbers take ten bytes, two's complement)."""
+    value &= (1 << 64) - 1
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def packed_varints(value: memoryview | bytes) -> list[int]:
+    """The int64 values of a packed repeated field."""
+    out, position = [], 0
+    while position < len(value):
+        item, position = varint(value, position)
+        out.append(signed(item))
+    return out
