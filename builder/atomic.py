@@ -6,7 +6,8 @@ is complete, even one a kill left behind. On Linux the swap is one
 `renameat2(RENAME_EXCHANGE)`: the target path always names a whole folder, the previous one or the new
 one. Elsewhere it is two renames, and a kill between them leaves the previous folder whole under a hidden
 `.NAME.old-*` name beside the target. A non-empty folder that does not hold the `marker` file is never
-replaced: it is not ours.
+replaced: it is not ours. A staging folder carries its writer's pid in its name; the next write to the
+same target deletes those whose writer is no longer running (a killed write's leftovers).
 """
 
 import contextlib
@@ -17,6 +18,7 @@ import os
 import shutil
 import sys
 import tempfile
+from glob import escape as glob_escape
 from pathlib import Path
 
 from onnxformer.runtime.errors import OnnxformerError
@@ -46,7 +48,9 @@ def write_folder_atomically(
             f"cannot create the folder {target.parent} for the {what} ({problem.strerror}); "
             "choose a path whose parents are folders you can write to"
         ) from None
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    _sweep_abandoned(target, marker)
+    # The writer's pid in the name lets a later write tell an abandoned staging folder from a live one.
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{os.getpid()}-", dir=target.parent))
     try:
         os.chmod(staging, 0o755)  # mkdtemp makes it private; the result should read like any folder
         # The marker last: a folder that holds it is complete.
@@ -80,6 +84,27 @@ def _swap_in(staging: Path, target: Path, marker: str) -> None:
     _fsync_dir(target.parent)
     if old is not None:
         _discard(old, marker)
+
+
+def _sweep_abandoned(target: Path, marker: str) -> None:
+    """Delete staging folders that killed writers left beside `target`: those whose writer (the pid in the
+    name) is no longer running. A live writer's folder, or one named otherwise, is left alone."""
+    for leftover in target.parent.glob(f".{glob_escape(target.name)}.tmp-*-*"):
+        pid = leftover.name[len(f".{target.name}.tmp-") :].split("-", 1)[0]
+        if pid.isdigit() and leftover.is_dir() and not leftover.is_symlink() and not _running(int(pid)):
+            _discard(leftover, marker)
+
+
+def _running(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists but belongs to someone else
+        return True
+    return True
 
 
 def _discard(folder: Path, marker: str) -> None:

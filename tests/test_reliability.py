@@ -106,3 +106,29 @@ def test_torch_file_with_a_code_payload_is_refused_and_never_runs(tmp_path: Path
     with pytest.raises(CheckpointError, match="refused"):
         train(out, _options(steps=4), resume=True)
     assert not canary.exists()
+
+
+def test_staging_folders_of_dead_writers_are_swept_and_live_ones_kept(tmp_path: Path) -> None:
+    from onnxformer.builder.atomic import write_folder_atomically
+    from onnxformer.runtime.errors import ExportError
+
+    def write(data: bytes) -> Path:
+        files = {"manifest.json": b"{}", "a.bin": data}
+        return write_folder_atomically(
+            tmp_path / "out", files, marker="manifest.json", error=ExportError, what="x"
+        )
+
+    write(b"first")
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    abandoned = tmp_path / f".out.tmp-{int(dead.stdout)}-abc"  # a writer killed mid-way, now gone
+    live = tmp_path / f".out.tmp-{os.getppid()}-def"  # a running process's (our parent's) write in flight
+    foreign = tmp_path / ".out.tmp-notes"  # not a name we make
+    for folder in (abandoned, live, foreign):
+        folder.mkdir()
+        (folder / "a.bin").write_bytes(b"partial")
+    write(b"second")
+    assert not abandoned.exists() and live.is_dir() and foreign.is_dir()
+    assert (tmp_path / "out" / "a.bin").read_bytes() == b"second"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".out.tmp-notes", live.name, "out"])
