@@ -45,6 +45,7 @@ def demo_command(
         from onnxformer.runtime.check import check_export
         from onnxformer.runtime.errors import ExportError
         from onnxformer.runtime.folder import ExportFolder
+        from onnxformer.runtime.goldens import run_goldens
 
         for family in ("gpt", "bert", "t5"):
             with training_progress(family) as report:
@@ -55,7 +56,10 @@ def demo_command(
             export = out / "export" / family
             with console.status(f"exporting {family} and checking parity"):
                 manifest = export_checkpoint(result.out, export)
-            problems = [r.problem for r in check_export(ExportFolder.open(export)) if not r.ok]
+            opened = ExportFolder.open(export)
+            problems = [r.problem for r in check_export(opened) if not r.ok]
+            goldens = run_goldens(opened) if not problems else []
+            problems += [f"{g.file} {g.label}: {g.problem}" for g in goldens if not g.ok]
             if problems:
                 raise ExportError(f"{export} failed verification: {problems[0]}")
             model = load(export, device="cpu")
@@ -71,7 +75,8 @@ def demo_command(
                     for s, t in zip(EXAMPLES[family], model.generate(EXAMPLES[family]), strict=True)
                 ]
             worst = max(max(e.parity.max_abs_diff.values()) for e in manifest.files if e.parity)
-            rows.append((family, result, export, worst, samples))
+            checked = f"{worst:.1e}\ngoldens {len(goldens)}/{len(goldens)} pass"
+            rows.append((family, result, export, checked, samples))
         picture = out / "attention_gpt.png"
         attention = attention_map(out / "export" / "gpt", SENTENCE, device="cpu")
         save_heatmaps(attention, picture)
@@ -79,10 +84,10 @@ def demo_command(
     table = Table(title=f"onnxformer demo: done in {time.perf_counter() - started:.0f} s")
     for column in ("model", "trained (held-out)", "export", "max parity diff", "runtime output"):
         table.add_column(column, overflow="fold")
-    for family, result, export, worst, samples in rows:
+    for family, result, export, checked, samples in rows:
         metric = f"{METRICS[family]} {result.metrics[METRICS[family]]:.3f}\n{result.parameters:,} params, "
         metric += f"{result.metrics['train_seconds']:.0f} s"
-        table.add_row(family, metric, str(export), f"{worst:.1e}", "\n".join(samples))
+        table.add_row(family, metric, str(export), checked, "\n".join(samples))
     console.print(table)
     focus = ", ".join(
         f"{token} {weight:.2f}"
