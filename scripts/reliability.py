@@ -807,9 +807,10 @@ threads x 200 requests of mixed prompt lengths give exactly (bitwise) the output
   value; `onnxformer verify` catches those that change what runs (graph inputs and outputs, goldens), and
   the rest change descriptive fields (the table above lists which). A manifest self-digest would close it.
 - A killed write leaves its hidden staging folder (`.NAME.tmp-PID-*`) beside the target
-  ({k["leftover_folders"]} left at the end of the {k["kills"]} kills above). It is never at the target path
-  and is complete whenever it holds its marker; the next write to the same target deletes those whose
-  writer (the PID in the name) is no longer running, and leaves a live writer's alone.
+  ({k["leftover_folders"]} of the {k["kills"]} kills above left one, counted right after each kill).
+  It is never at the target path and is complete whenever it holds its marker; the next write to the same
+  target deletes those whose writer (the PID in the name) is no longer running, and leaves a live
+  writer's alone.
 - Bad input never reaches ONNX Runtime, so its errors only come from a damaged or hostile model that
   loaded; `Session.run` (runtime/session.py) turns them into `InferenceError`. The probe runs the golden
   data and one request first, so `--untrusted` reports them as "error".
