@@ -158,7 +158,8 @@ def _greedy_case(model, item: dict) -> GoldenResult:
             END_TO_END,
             label,
             f"generated {result.tokens} ({result.finish_reason}), golden {item['output_ids']} "
-            f"({item['finish_reason']})",
+            f"({item['finish_reason']}); the closest call on the golden path was a logit margin of "
+            f"{item.get('min_logit_margin', float('nan')):.2g}",
         )
     return GoldenResult(END_TO_END, label, None)
 

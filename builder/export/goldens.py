@@ -188,7 +188,10 @@ def end_to_end(
             (result,) = generate(
                 model, [fed], max_new_tokens=budget, stop_tokens=row_stop, pad_id=special["pad"]
             )
-            data["greedy"].append(_greedy(prompt, fed, budget, row_stop, result))
+            steps = len(result.tokens) + (result.finish_reason == "stop")
+            path = torch.tensor([fed + result.tokens[: steps - 1]])  # (1, T): every decision's input
+            logits = model(path).logits[0, len(fed) - 1 :]  # (steps, V)
+            data["greedy"].append(_greedy(prompt, fed, budget, row_stop, result, logits))
     elif family == "t5":
         data["greedy"] = []
         for source, budget in T5_SOURCES:
@@ -196,7 +199,17 @@ def end_to_end(
             (result,) = generate_seq2seq(
                 model, [fed], max_new_tokens=budget, stop_tokens=stop, pad_id=special["pad"]
             )
-            data["greedy"].append(_greedy(source, fed, budget, stop, result))
+            steps = len(result.tokens) + (result.finish_reason == "stop")
+            source_ids = torch.tensor([fed])  # (1, S)
+            memory = model.encode(source_ids, attention_mask=torch.ones_like(source_ids)).hidden
+            target = torch.tensor([[model.config.decoder_start_token_id, *result.tokens[: steps - 1]]])
+            logits = model.decode(
+                target,
+                cross_key_values=model.cross_key_values(memory),
+                encoder_attention_mask=torch.ones_like(source_ids),
+                attention_mask=torch.ones_like(target),
+            ).logits[0]  # (steps, V)
+            data["greedy"].append(_greedy(source, fed, budget, stop, result, logits))
     else:
         if embed is None:
             raise ParityError("BERT end-to-end goldens need the encoder graph's embedder")
@@ -221,7 +234,10 @@ def sentence_embedder(
     return embed
 
 
-def _greedy(prompt: str, fed: list[int], budget: int, stop: list[int], result) -> dict:
+def _greedy(prompt: str, fed: list[int], budget: int, stop: list[int], result, logits: torch.Tensor) -> dict:
+    """One greedy golden; `logits` (steps, V) are the model's at every decision, recomputed in one pass
+    (a cached step equals the full recompute) to record how close the nearest call was."""
+    top2 = torch.topk(logits.float(), 2, dim=-1).values  # (steps, 2)
     return {
         "prompt": prompt,
         "input_ids": fed,
@@ -229,4 +245,7 @@ def _greedy(prompt: str, fed: list[int], budget: int, stop: list[int], result) -
         "stop_tokens": stop,
         "output_ids": list(result.tokens),
         "finish_reason": result.finish_reason,
+        # The smallest gap between the chosen and the runner-up logit on the way: an engine whose logits
+        # differ from PyTorch's by half of it or more may pick another token there.
+        "min_logit_margin": float((top2[:, 0] - top2[:, 1]).min()),
     }
