@@ -1,8 +1,9 @@
-"""The protobuf wire format, read by hand: the torch-free runtime may not depend on the `onnx` package.
+"""The protobuf wire format, by hand: the torch-free runtime may not depend on the `onnx` package.
 
 Only what reading ONNX messages needs (https://protobuf.dev/programming-guides/encoding/): fields as
 (number, wire type, value), with varints as ints and every other wire type as the raw bytes. Malformed
-input raises `ValueError`; callers turn it into their own typed error.
+input raises `ValueError`; callers turn it into their own typed error. `field` writes one field, for the
+tests and scripts that build hostile messages.
 """
 
 from collections.abc import Iterator
@@ -61,3 +62,19 @@ def packed_varints(value: memoryview | bytes) -> list[int]:
         item, position = varint(value, position)
         out.append(signed(item))
     return out
+
+
+def encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def field(number: int, value: bytes | int) -> bytes:
+    """One serialized field: an int as a varint, bytes as a length-delimited field (a string or message)."""
+    if isinstance(value, int):
+        return encode_varint(number << 3) + encode_varint(value)
+    return encode_varint(number << 3 | LENGTH) + encode_varint(len(value)) + value

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from onnxformer.runtime import load
+from onnxformer.runtime import load, protobuf
 from onnxformer.runtime.check import check_export
 from onnxformer.runtime.errors import ManifestError, OnnxformerError
 from onnxformer.runtime.folder import ExportFolder, sha256_bytes
@@ -92,24 +92,15 @@ HOSTILE_PATHS = [
 ]  # fmt: skip
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _field(number: int, value: bytes | int) -> bytes:
-    if isinstance(value, int):
-        return _varint(number << 3) + _varint(value)
-    return _varint(number << 3 | 2) + _varint(len(value)) + value
-
-
 def _external(location: str) -> bytes:
-    entry = _field(1, b"location") + _field(2, location.encode())
-    return _field(1, 4) + _field(2, 1) + _field(8, b"w") + _field(13, entry) + _field(14, 1)
+    entry = protobuf.field(1, b"location") + protobuf.field(2, location.encode())
+    return (
+        protobuf.field(1, 4)
+        + protobuf.field(2, 1)
+        + protobuf.field(8, b"w")
+        + protobuf.field(13, entry)
+        + protobuf.field(14, 1)
+    )
 
 
 def _in(*numbers: int) -> Callable[[bytes], bytes]:
@@ -117,7 +108,7 @@ def _in(*numbers: int) -> Callable[[bytes], bytes]:
 
     def wrap(tensor: bytes) -> bytes:
         for number in reversed(numbers):
-            tensor = _field(number, tensor)
+            tensor = protobuf.field(number, tensor)
         return tensor
 
     return wrap
@@ -408,16 +399,16 @@ def mutation_sites(data: bytes) -> list[tuple[str, int, int]]:
         message = _MESSAGES.get(path, "model" if not path else None)
         position = start
         while position < end:
-            key, position = _read_varint(data, position)
+            key, position = protobuf.varint(data, position)
             number, wire = key >> 3, key & 7
             kind = _SITES.get((message, number))
             if wire == 0:
                 before = position
-                _, position = _read_varint(data, position)
+                _, position = protobuf.varint(data, position)
                 if kind == "varint":
                     sites.append((kind, before, position))
             elif wire == 2:
-                size, position = _read_varint(data, position)
+                size, position = protobuf.varint(data, position)
                 if (*path, number) in _MESSAGES:
                     walk(position, position + size, (*path, number))
                 elif kind in ("name", "op_type"):
@@ -430,17 +421,6 @@ def mutation_sites(data: bytes) -> list[tuple[str, int, int]]:
 
     walk(0, len(data), ())
     return sites
-
-
-def _read_varint(data: bytes, position: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value, position
 
 
 def _same_length_varint(length: int, rng: random.Random) -> bytes:

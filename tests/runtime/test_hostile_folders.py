@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from onnxformer.cli.main import app
-from onnxformer.runtime import load
+from onnxformer.runtime import load, protobuf
 from onnxformer.runtime.errors import ManifestError
 from onnxformer.runtime.folder import ExportFolder, refuse_external_data, sha256_bytes
 from onnxformer.runtime.probe import probe_export
@@ -207,45 +207,45 @@ def test_malformed_manifests_are_typed_errors(export: Path, text: str) -> None:
         ExportFolder.open(export)
 
 
-# External data. A minimal protobuf writer: enough to add a tensor to a serialized ModelProto.
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _field(number: int, value: bytes | int) -> bytes:
-    if isinstance(value, int):
-        return _varint(number << 3) + _varint(value)
-    return _varint(number << 3 | 2) + _varint(len(value)) + value
+# External data: a tensor added to a serialized ModelProto with the runtime's protobuf field writer.
 
 
 def _external_tensor(location: str, *, entries: bool = True, flag: bool = True) -> bytes:
     """TensorProto{dims: 4, data_type: FLOAT, name: "w", external_data: {location}, data_location}."""
-    tensor = _field(1, 4) + _field(2, 1) + _field(8, b"w")
+    tensor = protobuf.field(1, 4) + protobuf.field(2, 1) + protobuf.field(8, b"w")
     if entries:
-        tensor += _field(13, _field(1, b"location") + _field(2, location.encode()))
+        tensor += protobuf.field(13, protobuf.field(1, b"location") + protobuf.field(2, location.encode()))
     if flag:
-        tensor += _field(14, 1)
+        tensor += protobuf.field(14, 1)
     return tensor
 
 
 @pytest.mark.parametrize(
     "extra",
     [
-        _field(7, _field(5, _external_tensor("canary.bin"))),  # an initializer, merged into the graph
-        _field(7, _field(5, _external_tensor("*/_ORT_MEM_ADDR_/*"))),  # ONNX Runtime's memory marker
-        _field(7, _field(5, _external_tensor("x", entries=False))),  # data_location alone
-        _field(7, _field(5, _external_tensor("x", flag=False))),  # external_data entries alone
+        protobuf.field(
+            7, protobuf.field(5, _external_tensor("canary.bin"))
+        ),  # an initializer, merged into the graph
+        protobuf.field(
+            7, protobuf.field(5, _external_tensor("*/_ORT_MEM_ADDR_/*"))
+        ),  # ONNX Runtime's memory marker
+        protobuf.field(7, protobuf.field(5, _external_tensor("x", entries=False))),  # data_location alone
+        protobuf.field(
+            7, protobuf.field(5, _external_tensor("x", flag=False))
+        ),  # external_data entries alone
         # a Constant node's tensor attribute, and a tensor inside an If node's subgraph
-        _field(7, _field(1, _field(5, _field(5, _external_tensor("canary.bin"))))),
-        _field(7, _field(1, _field(5, _field(6, _field(5, _external_tensor("canary.bin")))))),
-        _field(25, _field(7, _field(5, _field(5, _external_tensor("canary.bin"))))),  # in a function
+        protobuf.field(
+            7, protobuf.field(1, protobuf.field(5, protobuf.field(5, _external_tensor("canary.bin"))))
+        ),
+        protobuf.field(
+            7,
+            protobuf.field(
+                1, protobuf.field(5, protobuf.field(6, protobuf.field(5, _external_tensor("canary.bin"))))
+            ),
+        ),
+        protobuf.field(
+            25, protobuf.field(7, protobuf.field(5, protobuf.field(5, _external_tensor("canary.bin"))))
+        ),  # in a function
     ],
 )
 def test_onnx_external_data_is_refused(export: Path, extra: bytes) -> None:
@@ -261,7 +261,7 @@ def test_the_reference_models_use_no_external_data_and_garbage_is_refused() -> N
         for entry in folder.manifest.files:
             if entry.path.endswith(".onnx"):
                 refuse_external_data(folder.read(entry.path), name=entry.path)
-    for garbage in (b"\xff" * 20, _field(7, b"\x0f"), b"\x0a\x80"):
+    for garbage in (b"\xff" * 20, protobuf.field(7, b"\x0f"), b"\x0a\x80"):
         with pytest.raises(ManifestError, match="not a valid ONNX model"):
             refuse_external_data(garbage, name="x.onnx")
 
