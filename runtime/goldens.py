@@ -67,6 +67,11 @@ def _tensors(export: ExportFolder, paths: list[str], names: tuple[str, ...]) -> 
     return tensors
 
 
+def allowance(golden: np.ndarray, atol: float, rtol: float) -> float:
+    """The largest |got - golden| a golden allows: atol + rtol * max |golden| (docs/goldens.md)."""
+    return atol + rtol * (float(np.max(np.abs(golden))) if golden.size else 0.0)
+
+
 def compare(loaded: LoadedCase, got: dict[str, np.ndarray]) -> GoldenResult:
     """`got` (output name -> array) against the goldens of one case, with the graph's atol and rtol."""
     graph, case = loaded.graph, loaded.case
@@ -78,7 +83,7 @@ def compare(loaded: LoadedCase, got: dict[str, np.ndarray]) -> GoldenResult:
         if have.shape != want.shape:
             return GoldenResult(graph.file, case.label, f"{name} has shape {have.shape}, golden {want.shape}")
         diff = float(np.max(np.abs(have.astype(np.float64) - want))) if want.size else 0.0
-        allowed = graph.atol + graph.rtol * (float(np.max(np.abs(want))) if want.size else 0.0)
+        allowed = allowance(want, graph.atol, graph.rtol)
         if not np.isfinite(diff) or diff > allowed:
             return GoldenResult(
                 graph.file, case.label, f"{name} differs by {diff:.3g} (allowed {allowed:.3g})", diff, allowed
@@ -175,6 +180,6 @@ def _embedding_case(model, embeddings: dict, item: dict) -> GoldenResult:
     want = np.asarray(item["embedding"], dtype=np.float64)
     got = model.embed(item["text"]).astype(np.float64)
     diff = float(np.max(np.abs(got - want)))
-    allowed = float(embeddings["atol"]) + float(embeddings["rtol"]) * float(np.max(np.abs(want)))
+    allowed = allowance(want, float(embeddings["atol"]), float(embeddings["rtol"]))
     problem = None if diff <= allowed else f"embedding differs by {diff:.3g} (allowed {allowed:.3g})"
     return GoldenResult(END_TO_END, label, problem, diff, allowed)
