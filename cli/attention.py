@@ -1,22 +1,21 @@
 """`onnxformer attention DIR "text"`: highlight the tokens one token attends to (torch-free)."""
 
-import json
 import re
 from pathlib import Path
 from typing import Annotated
 
 import numpy as np
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from onnxformer.cli.errors import stderr, user_errors
 from onnxformer.cli.options import Device
+from onnxformer.cli.outputs import Overwrite, check_png_out, parse_path
+from onnxformer.cli.printing import console, echo_json
 from onnxformer.runtime.attention import AttentionMap, attention_map, check_plotting, save_heatmaps
 from onnxformer.runtime.errors import InputError, OnnxformerError
 
-console = Console(highlight=False)
 DEFAULT_PNG = Path("attention.png")
 DEFAULT_TOKEN = "sat"  # the seed sentence's verb: "The cat sat on the mat."
 TABLE_ROWS = 16
@@ -40,9 +39,14 @@ def attention_command(
         bool, typer.Option("--cross", help="T5 only: the decoder's attention to the source while it writes.")
     ] = False,
     out: Annotated[
-        Path | None, typer.Option(help="Where to write the PNG grid of heatmaps [default: attention.png].")
+        Path | None,
+        typer.Option(
+            parser=parse_path,
+            help="Where to write the PNG grid of heatmaps (a .png name) [default: attention.png].",
+        ),
     ] = None,
     no_png: Annotated[bool, typer.Option("--no-png", help="Do not write the PNG.")] = False,
+    overwrite: Overwrite = False,
     device: Device = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print tokens, the row and all weights.")] = False,
 ) -> None:
@@ -51,6 +55,8 @@ def attention_command(
     Runs without torch."""
     with user_errors(ctx):
         levels = _level(layer, "--layer"), _level(head, "--head")
+        if not no_png:
+            check_png_out(out or DEFAULT_PNG, overwrite=overwrite)
         if out is not None and not no_png:
             _require_plotting(ctx)  # asked for a PNG: say what is missing before any work
         attention = attention_map(folder, text, kind="cross" if cross else "self", device=device)
@@ -58,7 +64,7 @@ def attention_command(
         row = attention.row(index, layer=levels[0], head=levels[1])  # (K,)
         png = None if no_png else _write_png(attention, out)
     if as_json:
-        typer.echo(json.dumps(_payload(attention, index, levels, row, png), ensure_ascii=False))
+        echo_json(_payload(attention, index, levels, row, png), indent=None)
         return
     _show(attention, index, levels, row)
     if png is not None:

@@ -7,12 +7,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from onnxformer.cli.errors import user_errors
+from onnxformer.cli.printing import console, echo_json, finite
 from onnxformer.runtime.errors import ConfigError
 
-console = Console(highlight=False)
 CHECKOUT = Path(__file__).resolve().parents[1]  # the benchmark lives beside the package in the checkout
 
 
@@ -60,8 +59,8 @@ def bench_command(
             result = run_benchmark(options, progress=lambda message: status.update(message))
         if out is not None:
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(result, indent=2) + "\n")
+            out.write_text(json.dumps(finite(result), indent=2, allow_nan=False) + "\n")
     if as_json:
-        typer.echo(json.dumps(result, indent=2))
+        echo_json(result)
     else:
         print_tables(console, result)

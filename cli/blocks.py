@@ -1,5 +1,6 @@
 """`onnxformer export-blocks`: export every Transformer block to ONNX and prove it equal to PyTorch."""
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -9,14 +10,21 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from onnxformer.cli.errors import user_errors
-
-console = Console(highlight=False)
+from onnxformer.cli.outputs import Overwrite, check_export_out, parse_path
+from onnxformer.cli.printing import console
+from onnxformer.runtime.errors import ConfigError
 
 
 def export_blocks_command(
     ctx: typer.Context,
     out: Annotated[
-        Path, typer.Option("--out", help="Folder to write the ONNX files and manifest.json to.")
+        Path,
+        typer.Option(
+            "--out",
+            parser=parse_path,
+            metavar="DIR",
+            help="Folder to write the ONNX files and manifest.json to.",
+        ),
     ] = Path("runs/blocks"),
     block: Annotated[
         list[str] | None,
@@ -24,17 +32,26 @@ def export_blocks_command(
     ] = None,
     opset: Annotated[int, typer.Option(help="ONNX opset to export with (17-23).")] = 18,
     tolerance: Annotated[
-        float, typer.Option(help="Largest max-abs difference to PyTorch accepted (fp32); a miss fails.")
+        float,
+        typer.Option(
+            help="Largest max-abs difference to PyTorch accepted (fp32); a miss fails.",
+        ),
     ] = 1e-5,
     seed: Annotated[int, typer.Option(help="Seed of the random weights and test inputs.")] = 0,
+    overwrite: Overwrite = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the manifest as JSON instead of a table.")
     ] = False,
 ) -> None:
     """Export each block (attention, positional encodings, FFN, residual, encoder and decoder blocks, under
     each option that changes the graph) to its own ONNX file, then check it against PyTorch at shapes other
-    than the trace shapes. Any difference past --tolerance fails the export and writes nothing."""
+    than the trace shapes. Any difference past --tolerance fails the export and writes nothing. An
+    existing blocks export at --out is replaced only with --overwrite; a model export or any other
+    non-empty folder is refused."""
     with user_errors(ctx):
+        if not (math.isfinite(tolerance) and tolerance > 0):
+            raise ConfigError(f"--tolerance must be a number > 0 (e.g. 1e-5), got {tolerance:g}")
+        check_export_out(out, model=False, overwrite=overwrite)
         from onnxformer.builder.export.blocks import export_blocks, select_blocks
 
         total = len(select_blocks(block))

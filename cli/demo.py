@@ -5,14 +5,18 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from onnxformer.cli.errors import user_errors
+from onnxformer.cli.outputs import (
+    check_checkpoint_out,
+    check_export_out,
+    check_folder_out,
+    check_png_out,
+    parse_path,
+)
+from onnxformer.cli.printing import console
 from onnxformer.cli.train import training_progress
-from onnxformer.runtime.errors import ConfigError
-
-console = Console(highlight=False)
 
 EXAMPLES = {
     "gpt": ["The cat", "A small dog"],
@@ -20,24 +24,36 @@ EXAMPLES = {
     "t5": ["The cat chased the dog.", "A small dog saw the red ball under an old table."],
 }
 SENTENCE = "The cat sat on the mat."
+FAMILY_ORDER = ("gpt", "bert", "t5")
 METRICS = {"gpt": "grammatical_rate", "bert": "classification_accuracy", "t5": "exact_match"}
 
 
 def demo_command(
     ctx: typer.Context,
-    out: Annotated[Path, typer.Option("--out", help="Folder for checkpoints and exports.")] = Path("runs"),
+    out: Annotated[
+        Path,
+        typer.Option("--out", parser=parse_path, metavar="DIR", help="Folder for checkpoints and exports."),
+    ] = Path("runs"),
     steps: Annotated[
         int | None,
         typer.Option(help="Training steps per model (default: each family's; fewer for a quick look)."),
     ] = None,
+    overwrite: Annotated[
+        bool,
+        typer.Option("--overwrite", help="Replace the checkpoints and exports of an earlier demo in --out."),
+    ] = False,
 ) -> None:
     """Train the tiny GPT, BERT and T5 on the built-in corpus, export them (graphs and blocks), verify the
-    exports, run them with the torch-free runtime, and print a summary."""
+    exports, run them with the torch-free runtime, and print a summary. Writes OUT/FAMILY (checkpoints),
+    OUT/export/FAMILY and OUT/attention_gpt.png; an earlier demo's are replaced only with --overwrite."""
     started = time.perf_counter()
     rows = []
     with user_errors(ctx):
-        if out.exists() and not out.is_dir():
-            raise ConfigError(f"--out {out} is a file; give a folder for the checkpoints and exports")
+        check_folder_out(out, what="checkpoints and exports")
+        for family in FAMILY_ORDER:
+            check_checkpoint_out(out / family, overwrite=overwrite)
+            check_export_out(out / "export" / family, model=True, overwrite=overwrite)
+        check_png_out(out / "attention_gpt.png", overwrite=overwrite)
         from onnxformer.builder.export.models import export_checkpoint
         from onnxformer.builder.training import TrainOptions, train
         from onnxformer.runtime import load
@@ -47,7 +63,7 @@ def demo_command(
         from onnxformer.runtime.folder import ExportFolder
         from onnxformer.runtime.goldens import run_goldens
 
-        for family in ("gpt", "bert", "t5"):
+        for family in FAMILY_ORDER:
             with training_progress(family) as report:
                 result = train(out / family, TrainOptions(family, steps=steps), progress=report)
             console.print(

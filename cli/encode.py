@@ -1,43 +1,60 @@
 """`onnxformer encode DIR "text" ...`: sentence embeddings and classification with a BERT export."""
 
-import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import numpy as np
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from onnxformer.cli.errors import user_errors
-from onnxformer.cli.options import Device, load_model
+from onnxformer.cli.options import Device, TextFile, Threads, gather_texts, load_model
+from onnxformer.cli.printing import console, echo_json
 from onnxformer.runtime.encoder import LABELS
 
-console = Console(highlight=False)
+PAIRS_SHOWN = 8  # texts up to which the pairwise cosines are printed unless asked otherwise
 
 
 def encode_command(
     ctx: typer.Context,
     folder: Annotated[Path, typer.Argument(help="A BERT export folder (from `onnxformer export`).")],
-    texts: Annotated[list[str], typer.Argument(help="Texts to embed; with several, their similarities.")],
+    texts: Annotated[
+        list[str] | None, typer.Argument(help="Texts to embed; with several, their similarities.")
+    ] = None,
+    file: TextFile = None,
+    similarity: Annotated[
+        Literal["auto", "pairs", "matrix", "none"],
+        typer.Option(
+            help=f"How to print the cosine similarities: pairs (one line per pair), matrix, or none; auto "
+            f"= pairs for up to {PAIRS_SHOWN} texts, else none."
+        ),
+    ] = "auto",
+    normalize: Annotated[
+        bool,
+        typer.Option("--normalize", help="L2-normalise the embeddings (--json), as sentence-transformers."),
+    ] = False,
     device: Device = "auto",
+    threads: Threads = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print embeddings and labels as JSON.")] = False,
 ) -> None:
     """Embed texts (mean-pooled sentence embeddings), compare them by cosine similarity, and classify
     each (the built-in task: well-formed sentence or shuffled words). Runs without torch."""
     with user_errors(ctx):
-        model = load_model(folder, "bert", device)
-        embeddings = model.embed(list(texts))
-        classes = model.classify(list(texts))
+        texts = gather_texts(texts, file, what="text")
+        model = load_model(folder, "bert", device, threads)
+        embeddings = model.embed(texts, normalize=normalize)
+        classes = model.classify(texts)
     unit = embeddings / np.maximum(np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12)
-    similarity = unit @ unit.T
+    cosine = unit @ unit.T  # (N, N)
     if as_json:
         rows = [
             {"text": t, "embedding": e.tolist(), "label": c.label, "probabilities": c.probabilities.tolist()}
             for t, e, c in zip(texts, embeddings, classes, strict=True)
         ]
-        payload = {"provider": model.provider, "results": rows, "cosine_similarity": similarity.tolist()}
-        typer.echo(json.dumps(payload, ensure_ascii=False))
+        payload = {"provider": model.provider, "normalized": normalize, "results": rows}
+        if similarity != "none":
+            payload["cosine_similarity"] = cosine.tolist()
+        echo_json(payload, indent=None)
         return
     table = Table(title=f"{len(texts)} text(s), {embeddings.shape[1]}-dimensional embeddings")
     for column in ("#", "text", "label", "p(label)"):
@@ -46,7 +63,26 @@ def encode_command(
         name = LABELS.get(result.label, str(result.label))
         table.add_row(str(index), text, name, f"{result.probabilities[result.label]:.3f}")
     console.print(table)
-    if len(texts) > 1:
-        for i in range(len(texts)):
-            for j in range(i + 1, len(texts)):
-                console.print(f"cosine similarity #{i} ~ #{j}: {similarity[i, j]:.4f}")
+    _print_similarity(cosine, similarity)
+
+
+def _print_similarity(cosine: np.ndarray, how: str) -> None:
+    count = len(cosine)
+    if count < 2 or how == "none":
+        return
+    if how == "auto" and count > PAIRS_SHOWN:
+        pairs = count * (count - 1) // 2
+        console.print(f"{pairs} pairwise similarities not shown: --similarity pairs or matrix prints them")
+        return
+    if how == "matrix":
+        table = Table(title="cosine similarity", box=None)
+        table.add_column("#", justify="right")
+        for j in range(count):
+            table.add_column(str(j), justify="right")
+        for i in range(count):
+            table.add_row(str(i), *(f"{cosine[i, j]:.4f}" for j in range(count)))
+        console.print(table)
+        return
+    for i in range(count):
+        for j in range(i + 1, count):
+            console.print(f"cosine similarity #{i} ~ #{j}: {cosine[i, j]:.4f}")

@@ -9,14 +9,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from onnxformer.cli.errors import user_errors
-
-console = Console(highlight=False)
+from onnxformer.cli.outputs import Overwrite, check_export_out, parse_path
+from onnxformer.cli.printing import console
 
 
 def export_command(
     ctx: typer.Context,
     checkpoint: Annotated[Path, typer.Argument(help="A checkpoint folder written by `onnxformer train`.")],
-    out: Annotated[Path, typer.Option("--out", help="Export folder to write (replaced if it is an export).")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out", parser=parse_path, metavar="DIR", help="Export folder to write (new or empty)."
+        ),
+    ],
     opset: Annotated[int, typer.Option(help="ONNX opset (17-23).")] = 18,
     attentions: Annotated[
         bool, typer.Option("--attentions/--no-attentions", help="Also write the attention-weights graph.")
@@ -30,14 +35,17 @@ def export_command(
     int8: Annotated[
         bool, typer.Option("--int8", help="Then fuse and quantize the weights to int8 (implies --optimize).")
     ] = False,
+    overwrite: Overwrite = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the manifest as JSON.")] = False,
 ) -> None:
     """Export the model's graphs (GPT: decoder with KV cache; BERT: encoder; T5: encoder and cached
     decoder), an attention-weights graph, the model's blocks and tokenizer.json, with a manifest.json that
     records every file's sha256 and the parity to PyTorch measured at shapes other than the trace shapes.
     A graph that misses its tolerance fails the export and writes nothing. --optimize / --int8 then
-    rewrite the graphs in place as `onnxformer optimize` does."""
+    rewrite the graphs in place as `onnxformer optimize` does. An existing model export at --out is
+    replaced only with --overwrite; any other non-empty folder is refused."""
     with user_errors(ctx):
+        check_export_out(out, model=True, overwrite=overwrite)
         from onnxformer.builder.export.models import export_checkpoint
 
         with Progress(

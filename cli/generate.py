@@ -1,22 +1,23 @@
 """`onnxformer generate DIR "prompt"`: continue text with a GPT export (torch-free)."""
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from onnxformer.cli.errors import user_errors
-from onnxformer.cli.options import Device, Seed, load_model
-
-console = Console(highlight=False)
+from onnxformer.cli.options import Device, Seed, TextFile, Threads, gather_texts, load_model
+from onnxformer.cli.printing import console, echo_json
+from onnxformer.runtime.errors import InputError
 
 
 def generate_command(
     ctx: typer.Context,
     folder: Annotated[Path, typer.Argument(help="A GPT export folder (from `onnxformer export`).")],
-    prompts: Annotated[list[str], typer.Argument(help="One or more prompts; each is continued separately.")],
+    prompts: Annotated[
+        list[str] | None, typer.Argument(help="One or more prompts; each is continued separately.")
+    ] = None,
+    file: TextFile = None,
     max_new_tokens: Annotated[
         int | None, typer.Option("--max-new-tokens", help="Most tokens to add (default: the export's).")
     ] = None,
@@ -32,9 +33,10 @@ def generate_command(
     seed: Seed = None,
     stop: Annotated[list[str] | None, typer.Option("--stop", help="End the text before this string.")] = None,
     stream: Annotated[
-        bool, typer.Option("--stream", help="Print text as it is produced (one prompt).")
+        bool, typer.Option("--stream", help="Print text as it is produced, prompt by prompt.")
     ] = False,
     device: Device = "auto",
+    threads: Threads = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print prompts and outputs as JSON.")] = False,
 ) -> None:
     """Continue each prompt with a GPT export using ONNX Runtime (no torch needed)."""
@@ -47,17 +49,23 @@ def generate_command(
         "stop": stop,
     }
     with user_errors(ctx):
-        model = load_model(folder, "gpt", device)
-        if stream and len(prompts) == 1 and not as_json:
-            typer.echo(prompts[0], nl=False)
-            for piece in model.stream(prompts[0], **options):
-                typer.echo(piece, nl=False)
-            typer.echo()
+        prompts = gather_texts(prompts, file, what="prompt")
+        if stream and as_json:
+            raise InputError(
+                "--stream prints text as it comes and --json prints it when done; use one of them"
+            )
+        model = load_model(folder, "gpt", device, threads)
+        if stream:
+            for prompt in prompts:
+                typer.echo(prompt, nl=False)
+                for piece in model.stream(prompt, **options):
+                    typer.echo(piece, nl=False)
+                typer.echo()
             return
         outputs = model.generate(list(prompts), **options)
     if as_json:
         rows = [{"prompt": p, "output": o} for p, o in zip(prompts, outputs, strict=True)]
-        typer.echo(json.dumps({"provider": model.provider, "results": rows}, indent=2, ensure_ascii=False))
+        echo_json({"provider": model.provider, "results": rows})
         return
     for prompt, output in zip(prompts, outputs, strict=True):
         console.print(f"[bold]{prompt}[/]{output}", markup=True)

@@ -6,15 +6,13 @@ from typing import Annotated, Any
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from onnxformer.cli.errors import user_errors
+from onnxformer.cli.printing import console, echo_json
 from onnxformer.cli.untrusted import UNTRUSTED_HELP, probe_or_exit
 from onnxformer.runtime.inspect import inspect_path
-
-console = Console(highlight=False)
 
 
 def inspect_command(
@@ -40,7 +38,7 @@ def inspect_command(
         report = inspect_path(path, verify=verify)
     report["probe"] = None if probe is None else probe.to_dict()
     if as_json:
-        typer.echo(json.dumps(report, indent=2, ensure_ascii=False))
+        echo_json(report)
     elif report["type"] == "folder":
         _show_folder(report)
     else:

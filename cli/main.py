@@ -22,7 +22,8 @@ app = typer.Typer(
     help="Build Transformers from their parts, export them to ONNX, and prove the numbers match.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
     rich_markup_mode="markdown",
 )
 

@@ -4,18 +4,21 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from onnxformer.cli.errors import user_errors
-
-console = Console(highlight=False)
+from onnxformer.cli.outputs import Overwrite, check_export_out, parse_path
+from onnxformer.cli.printing import console, echo_json
+from onnxformer.runtime.errors import ConfigError
 
 
 def optimize_command(
     ctx: typer.Context,
     folder: Annotated[Path, typer.Argument(help="A model export folder (from `onnxformer export`).")],
-    out: Annotated[Path, typer.Argument(help="Folder to write the optimised export to (may be FOLDER).")],
+    out: Annotated[
+        Path,
+        typer.Argument(parser=parse_path, help="Folder to write the optimised export to (may be FOLDER)."),
+    ],
     int8: Annotated[
         bool, typer.Option("--int8", help="Also quantize the weights of every MatMul to int8 (dynamic).")
     ] = False,
@@ -25,6 +28,7 @@ def optimize_command(
     tasks: Annotated[
         bool, typer.Option("--tasks/--no-tasks", help="With --int8, score the built-in tasks before/after.")
     ] = True,
+    overwrite: Overwrite = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the optimisation record as JSON.")] = False,
 ) -> None:
     """Rewrite the graphs the runtime runs for speed on ONNX Runtime: each attention becomes one
@@ -32,16 +36,18 @@ def optimize_command(
     --int8 the MatMul weights become int8. The result is compared with the original on the export's golden
     inputs (fp32 must stay within the golden tolerance, int8 must keep a cosine of 0.99 to PyTorch), the
     int8 accuracy cost on the built-in tasks is measured, and all of it is recorded in manifest.json
-    (extra.optimization). The runtime loads the new folder like any export."""
+    (extra.optimization). The runtime loads the new folder like any export. OUT may be FOLDER (rewritten
+    in place); another existing model export is replaced only with --overwrite."""
     with user_errors(ctx):
+        if not fuse and not int8:
+            raise ConfigError("--no-fuse without --int8 leaves nothing to do; add --int8, or drop --no-fuse")
+        check_export_out(out, model=True, overwrite=overwrite, same_as=folder)
         from onnxformer.builder.export.optimize import optimize_export
 
         manifest = optimize_export(folder, out, fuse=fuse, quantize="int8" if int8 else None, tasks=tasks)
     record = manifest.extra["optimization"]
     if as_json:
-        import json
-
-        typer.echo(json.dumps(record, indent=2, sort_keys=True))
+        echo_json(record, sort_keys=True)
         return
     table = Table(title=f"{manifest.family} optimised to {out}")
     for column in ("file", "fused operators", "max diff to original", "min cosine to PyTorch"):

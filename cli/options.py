@@ -1,20 +1,36 @@
 """Options and loading shared by the commands that run exports."""
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from onnxformer.runtime.errors import InputError
+
 Device = Annotated[str, typer.Option(help="auto (CUDA when a CUDA session starts, else CPU), cpu or cuda.")]
 Seed = Annotated[int | None, typer.Option(help="Seed for sampling; the same seed gives the same text.")]
+Threads = Annotated[
+    int | None,
+    typer.Option(min=1, help="ONNX Runtime threads per graph (default: ONNX Runtime's, one per core)."),
+]
+TextFile = Annotated[
+    str | None,
+    typer.Option(
+        "--file",
+        "-f",
+        metavar="FILE",
+        help="Read the texts from FILE, one per line (- reads standard input).",
+    ),
+]
 
 
-def load_model(folder: Path, family: str, device: str):
+def load_model(folder: Path, family: str, device: str, threads: int | None = None):
     """The runtime model in `folder`, refusing an export of another family with a clear error."""
     from onnxformer.runtime.errors import ManifestError
     from onnxformer.runtime.loader import load
 
-    model = load(folder, device=device)
+    model = load(folder, device=device, threads=threads)
     if model.family != family:
         commands = {"gpt": "generate", "bert": "encode", "t5": "seq2seq"}
         raise ManifestError(
@@ -22,3 +38,33 @@ def load_model(folder: Path, family: str, device: str):
             f"(use `onnxformer {commands[model.family]}` for {model.family})"
         )
     return model
+
+
+def gather_texts(texts: list[str] | None, file: str | None, *, what: str) -> list[str]:
+    """The command's texts: its arguments, then the lines of --file (blank lines skipped)."""
+    gathered = list(texts or [])
+    if file is not None:
+        if file == "-":
+            lines = sys.stdin.read().splitlines()
+        else:
+            try:
+                lines = Path(file).read_text(encoding="utf-8").splitlines()
+            except FileNotFoundError:
+                raise InputError(
+                    f"--file {file} does not exist; give a text file, one {what} per line"
+                ) from None
+            except IsADirectoryError:
+                raise InputError(
+                    f"--file {file} is a folder; give a text file, one {what} per line"
+                ) from None
+            except UnicodeDecodeError:
+                raise InputError(f"--file {file} is not UTF-8 text; save it as UTF-8") from None
+            except OSError as error:
+                raise InputError(f"cannot read --file {file}: {error.strerror}") from None
+        gathered += [line for line in lines if line.strip()]
+    if not gathered:
+        source = "in --file" if file is not None else "given"
+        raise InputError(
+            f"no {what} {source}; pass one or more as arguments or use --file FILE (- for stdin)"
+        )
+    return gathered

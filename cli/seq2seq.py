@@ -1,22 +1,20 @@
 """`onnxformer seq2seq DIR "input"`: text to text with a T5 export (torch-free)."""
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from onnxformer.cli.errors import user_errors
-from onnxformer.cli.options import Device, Seed, load_model
-
-console = Console(highlight=False)
+from onnxformer.cli.options import Device, Seed, TextFile, Threads, gather_texts, load_model
+from onnxformer.cli.printing import console, echo_json
 
 
 def seq2seq_command(
     ctx: typer.Context,
     folder: Annotated[Path, typer.Argument(help="A T5 export folder (from `onnxformer export`).")],
-    inputs: Annotated[list[str], typer.Argument(help="One or more input texts.")],
+    inputs: Annotated[list[str] | None, typer.Argument(help="One or more input texts.")] = None,
+    file: TextFile = None,
     max_new_tokens: Annotated[
         int | None, typer.Option("--max-new-tokens", help="Most output tokens (default: the export's).")
     ] = None,
@@ -29,11 +27,13 @@ def seq2seq_command(
     top_p: Annotated[float | None, typer.Option("--top-p", help="Nucleus sampling threshold.")] = None,
     seed: Seed = None,
     device: Device = "auto",
+    threads: Threads = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print inputs and outputs as JSON.")] = False,
 ) -> None:
     """Turn each input into its output text with a T5 export (built-in task: active to passive voice)."""
     with user_errors(ctx):
-        model = load_model(folder, "t5", device)
+        inputs = gather_texts(inputs, file, what="input text")
+        model = load_model(folder, "t5", device, threads)
         outputs = model.generate(
             list(inputs),
             max_new_tokens=max_new_tokens,
@@ -46,7 +46,7 @@ def seq2seq_command(
         )
     if as_json:
         rows = [{"input": i, "output": o} for i, o in zip(inputs, outputs, strict=True)]
-        typer.echo(json.dumps({"provider": model.provider, "results": rows}, indent=2, ensure_ascii=False))
+        echo_json({"provider": model.provider, "results": rows})
         return
     for text, output in zip(inputs, outputs, strict=True):
         console.print(f"{text}\n  -> [bold]{output}[/]")

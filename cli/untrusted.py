@@ -1,12 +1,12 @@
 """`--untrusted`: probe an export in a child process with time and memory limits before touching it."""
 
-import json
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
+from onnxformer.cli.printing import echo_json
 from onnxformer.runtime.probe import ProbeResult, probe_export
 
 UNTRUSTED_HELP = (
@@ -26,7 +26,7 @@ def probe_or_exit(path: Path, *, as_json: bool) -> ProbeResult:
     if not result.harmful:
         return result
     if as_json:
-        typer.echo(json.dumps({"path": str(path), "ok": False, "probe": result.to_dict()}, indent=2))
+        echo_json({"path": str(path), "ok": False, "probe": result.to_dict()})
     else:
         what = _VERBS.get(result.status, result.status)
         stderr.print(

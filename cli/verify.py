@@ -1,20 +1,17 @@
 """`onnxformer verify DIR`: re-check an export folder (runs without torch unless --checkpoint is given)."""
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from onnxformer.cli.errors import user_errors
+from onnxformer.cli.printing import console, echo_json
 from onnxformer.cli.untrusted import UNTRUSTED_HELP, probe_or_exit
 from onnxformer.runtime.check import check_export
 from onnxformer.runtime.folder import ExportFolder
 from onnxformer.runtime.goldens import GoldenResult, run_goldens
-
-console = Console(highlight=False)
 
 
 def verify_command(
@@ -64,7 +61,7 @@ def verify_command(
             "files": rows,
             "goldens": [golden.__dict__ | {"ok": golden.ok} for golden in goldens],
         }
-        typer.echo(json.dumps(payload, indent=2))
+        echo_json(payload)
     else:
         source = "re-run against the checkpoint" if reverified else "recorded at export"
         passed = sum(result.ok for result in results)
