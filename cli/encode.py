@@ -42,7 +42,7 @@ def encode_command(
     with user_errors(ctx):
         texts = gather_texts(texts, file, what="text")
         model = load_model(folder, "bert", device, threads)
-        embeddings = model.embed(texts, normalize=normalize)
+        embeddings = model.embed(texts, normalize=True) if normalize else model.embed(texts)
         classes = model.classify(texts)
     unit = embeddings / np.maximum(np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12)
     cosine = unit @ unit.T  # (N, N)
