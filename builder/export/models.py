@@ -71,27 +71,27 @@ def _block_specs(family: str, model: nn.Module) -> list[tuple[BlockSpec, nn.Modu
         template = catalog.decoder_spec(c.norm_position, c.activation, position, cross=False, cached=True)
         add(
             "decoder",
-            model.blocks,
+            model.decoder.blocks,
             template,
-            lambda b: block_wrappers.Decoder(b, cached=True, relative=model.relative),
+            lambda b: block_wrappers.Decoder(b, cached=True, relative=model.decoder.relative),
         )
     elif family == "bert":
         template = catalog.encoder_spec(c.norm_position, c.activation, position)
-        add("encoder", model.blocks, template, lambda b: block_wrappers.Encoder(b, model.relative))
+        add("encoder", model.encoder.blocks, template, lambda b: block_wrappers.Encoder(b, model.encoder.relative))
     else:
         template = catalog.encoder_spec(c.norm_position, c.activation, position)
         add(
             "encoder",
-            model.encoder_blocks,
+            model.encoder.blocks,
             template,
-            lambda b: block_wrappers.Encoder(b, model.encoder_relative),
+            lambda b: block_wrappers.Encoder(b, model.encoder.relative),
         )
         template = catalog.decoder_spec(c.norm_position, c.activation, position, cross=True, cached=True)
         add(
             "decoder",
-            model.decoder_blocks,
+            model.decoder.blocks,
             template,
-            lambda b: block_wrappers.CrossDecoder(b, cached=True, relative=model.decoder_relative),
+            lambda b: block_wrappers.CrossDecoder(b, cached=True, relative=model.decoder.relative),
         )
     return specs
 
