@@ -34,7 +34,7 @@ def optimize_command(
     int8 accuracy cost on the built-in tasks is measured, and all of it is recorded in manifest.json
     (extra.optimization). The runtime loads the new folder like any export."""
     with user_errors(ctx):
-        from onnxformer.builder.export.optimize import optimize_export
+        from onnxformer.builder.optimize import optimize_export
 
         manifest = optimize_export(folder, out, fuse=fuse, quantize="int8" if int8 else None, tasks=tasks)
     record = manifest.extra["optimization"]
