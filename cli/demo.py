@@ -14,13 +14,7 @@ from onnxformer.runtime.errors import ConfigError
 
 console = Console(highlight=False)
 
-EXAMPLES = {
-    "gpt": ["The cat", "A small dog"],
-    "bert": ["The cat sat on the mat.", "The cat sat on the rug.", "mat the on sat cat The."],
-    "t5": ["The cat chased the dog.", "A small dog saw the red ball under an old table."],
-}
 SENTENCE = "The cat sat on the mat."
-METRICS = {"gpt": "grammatical_rate", "bert": "classification_accuracy", "t5": "exact_match"}
 
 
 def demo_command(
@@ -39,6 +33,7 @@ def demo_command(
         if out.exists() and not out.is_dir():
             raise ConfigError(f"--out {out} is a file; give a folder for the checkpoints and exports")
         from onnxformer.builder.export.models import export_checkpoint
+        from onnxformer.builder.export.recipes import RECIPES
         from onnxformer.builder.training import TrainOptions, train
         from onnxformer.runtime import load
         from onnxformer.runtime.attention import attention_map, save_heatmaps
@@ -47,12 +42,11 @@ def demo_command(
         from onnxformer.runtime.folder import ExportFolder
         from onnxformer.runtime.goldens import run_goldens
 
-        for family in ("gpt", "bert", "t5"):
+        for family, recipe in RECIPES.items():
+            metric, examples = recipe.demo.metric, recipe.demo.examples
             with training_progress(family) as report:
                 result = train(out / family, TrainOptions(family, steps=steps), progress=report)
-            console.print(
-                f"[bold]{family}[/] trained: {METRICS[family]} = {result.metrics[METRICS[family]]:.3f}"
-            )
+            console.print(f"[bold]{family}[/] trained: {metric} = {result.metrics[metric]:.3f}")
             export = out / "export" / family
             with console.status(f"exporting {family} and checking parity"):
                 manifest = export_checkpoint(result.out, export)
@@ -62,37 +56,28 @@ def demo_command(
             problems += [f"{g.file} {g.label}: {g.problem}" for g in goldens if not g.ok]
             if problems:
                 raise ExportError(f"{export} failed verification: {problems[0]}")
-            model = load(export, device="cpu")
-            if family == "gpt":
-                samples = [p + model.generate(p, temperature=1.0, seed=0) for p in EXAMPLES[family]]
-            elif family == "bert":
-                similarity = model.similarity(*EXAMPLES[family][:2])
-                labels = [c.label for c in model.classify(EXAMPLES[family])]
-                samples = [f"cos(mat, rug sentences) = {similarity:.3f}; labels {labels} (1 = well-formed)"]
-            else:
-                samples = [
-                    f"{s} -> {t}"
-                    for s, t in zip(EXAMPLES[family], model.generate(EXAMPLES[family]), strict=True)
-                ]
+            samples = recipe.demo.show(load(export, device="cpu"), examples)
             worst = max(max(e.parity.max_abs_diff.values()) for e in manifest.files if e.parity)
             checked = f"{worst:.1e}\ngoldens {len(goldens)}/{len(goldens)} pass"
-            rows.append((family, result, export, checked, samples))
-        picture = out / "attention_gpt.png"
-        attention = attention_map(out / "export" / "gpt", SENTENCE, device="cpu")
+            rows.append((family, metric, result, export, checked, samples))
+        # The attention picture of the first text generator (a decoder's causal attention).
+        drawn = next(family for family, recipe in RECIPES.items() if recipe.task == "generate")
+        picture = out / f"attention_{drawn}.png"
+        attention = attention_map(out / "export" / drawn, SENTENCE, device="cpu")
         save_heatmaps(attention, picture)
         weights = attention.row("sat")
     table = Table(title=f"onnxformer demo: done in {time.perf_counter() - started:.0f} s")
     for column in ("model", "trained (held-out)", "export", "max parity diff", "runtime output"):
         table.add_column(column, overflow="fold")
-    for family, result, export, checked, samples in rows:
-        metric = f"{METRICS[family]} {result.metrics[METRICS[family]]:.3f}\n{result.parameters:,} params, "
-        metric += f"{result.metrics['train_seconds']:.0f} s"
-        table.add_row(family, metric, str(export), checked, "\n".join(samples))
+    for family, metric, result, export, checked, samples in rows:
+        trained = f"{metric} {result.metrics[metric]:.3f}\n{result.parameters:,} params, "
+        trained += f"{result.metrics['train_seconds']:.0f} s"
+        table.add_row(family, trained, str(export), checked, "\n".join(samples))
     console.print(table)
     focus = ", ".join(
         f"{token} {weight:.2f}"
         for token, weight in zip(attention.key_tokens, weights, strict=True)
         if weight >= 0.01
     )
-    console.print(f"attention from 'sat' in {SENTENCE!r} (gpt, averaged): {focus}")
+    console.print(f"attention from 'sat' in {SENTENCE!r} ({drawn}, averaged): {focus}")
     console.print(f"attention heatmaps: {picture}   (see also: onnxformer attention --help)")

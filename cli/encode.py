@@ -26,7 +26,7 @@ def encode_command(
     """Embed texts (mean-pooled sentence embeddings), compare them by cosine similarity, and classify
     each (the built-in task: well-formed sentence or shuffled words). Runs without torch."""
     with user_errors(ctx):
-        model = load_model(folder, "bert", device)
+        model = load_model(folder, "encode", device)
         embeddings = model.embed(list(texts))
         classes = model.classify(list(texts))
     unit = embeddings / np.maximum(np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12)

@@ -47,7 +47,7 @@ def generate_command(
         "stop": stop,
     }
     with user_errors(ctx):
-        model = load_model(folder, "gpt", device)
+        model = load_model(folder, "generate", device)
         if stream and len(prompts) == 1 and not as_json:
             typer.echo(prompts[0], nl=False)
             for piece in model.stream(prompts[0], **options):

@@ -33,7 +33,7 @@ def seq2seq_command(
 ) -> None:
     """Turn each input into its output text with a T5 export (built-in task: active to passive voice)."""
     with user_errors(ctx):
-        model = load_model(folder, "t5", device)
+        model = load_model(folder, "seq2seq", device)
         outputs = model.generate(
             list(inputs),
             max_new_tokens=max_new_tokens,

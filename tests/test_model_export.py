@@ -36,8 +36,8 @@ def test_manifest_describes_the_model(model_exports: dict[str, Path], family: st
     assert manifest.config["n_layers"] == 2
     assert {"torch", "onnx", "onnxruntime"} <= set(manifest.versions)
     if family != "bert":
-        assert manifest.kv_cache["layers"] == 2 and manifest.kv_cache["past_key"] == "past_key_values.{i}.key"
-        assert manifest.generation["stop_tokens"] == [2]
+        assert manifest.kv_cache.layers == 2 and manifest.kv_cache.past_key == "past_key_values.{i}.key"
+        assert manifest.generation.stop_tokens == (2,)
     blocks = [entry for entry in manifest.files if entry.kind == "block"]
     assert len(blocks) == (4 if family == "t5" else 2)
     assert all(result.ok for result in check_export(folder)), [r.problem for r in check_export(folder)]

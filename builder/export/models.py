@@ -150,9 +150,12 @@ def export_checkpoint(
         config=dataclasses.asdict(config),
         tokenizer=TOKENIZER_FILE,
         special_tokens=special_ids,
+        task=family_recipe.task,
         graphs={graph.role: graph.filename for graph in graphs},
+        io={graph.role: graph.io for graph in graphs},
         kv_cache=family_recipe.kv_cache(config),
         generation=generation,
+        framing=family_recipe.framing,
         extra={"checkpoint_step": loaded.step, "metrics": loaded.metrics},
         goldens=Goldens(tuple(golden_graphs), END_TO_END_FILE),
     )

@@ -20,7 +20,7 @@ from onnxformer.builder.export.graph import DEFAULT_OPSET, export_graph, io_spec
 from onnxformer.builder.export.parity import Cases, measure_parity
 from onnxformer.runtime.errors import ExportError
 from onnxformer.runtime.folder import sha256_bytes
-from onnxformer.runtime.manifest import FileEntry, GoldenGraph
+from onnxformer.runtime.manifest import FileEntry, GoldenGraph, Parity
 from onnxformer.runtime.session import create_session
 
 AxisNames = dict[str, tuple[str | None, ...]]  # flattened graph input -> its axes' names (None = fixed)
@@ -100,7 +100,9 @@ def export_one(
     )
 
 
-def reprove(spec: GraphSpec, module: nn.Module, data: bytes, *, tolerance: float, rtol: float = 0.0):
+def reprove(
+    spec: GraphSpec, module: nn.Module, data: bytes, *, tolerance: float, rtol: float = 0.0
+) -> Parity:
     """Parity of an already exported graph (its bytes) against `module`, on the spec's cases."""
     session = create_session(data, device="cpu")
     return measure_parity(

@@ -22,6 +22,7 @@ from onnxformer.builder.export.catalog import BlockSpec
 from onnxformer.builder.export.parity import Cases
 from onnxformer.builder.export.pipeline import AxisNames
 from onnxformer.builder.export.samples import PaddingSide, padded_mask
+from onnxformer.runtime.manifest import Framing, GenerationDefaults, GraphIO, KVCache, Task
 
 KeyValues = tuple[tuple[torch.Tensor, torch.Tensor], ...]  # per layer, (B, H, L, Dh) each
 
@@ -44,6 +45,7 @@ class ModelGraph:
     dim_names: Callable[[int], AxisNames]  # layers -> flattened input axes
     output_names: Callable[[int], list[str]]  # layers -> output names
     cases: Callable[[nn.Module, torch.Generator], Cases]  # parity cases, unlike the trace sizes
+    io: GraphIO  # the manifest's io entry: what the runtime feeds and reads by name
 
 
 @dataclass(frozen=True)
@@ -57,24 +59,13 @@ class StackBlocks:
 
 
 @dataclass(frozen=True)
-class Framing:
-    """Special tokens (by role: bos, eos, cls, sep, ...) put around a text's ids for one task."""
-
-    prefix: tuple[str, ...] = ()
-    suffix: tuple[str, ...] = ()
-
-    def frame(self, ids: list[int], special: dict[str, int]) -> list[int]:
-        return [*(special[name] for name in self.prefix), *ids, *(special[name] for name in self.suffix)]
-
-
-@dataclass(frozen=True)
 class EndToEnd:
     """What a recipe's end-to-end goldens are computed from."""
 
     model: nn.Module
     ids: Callable[[str], list[int]]  # text -> token ids, no special tokens
     special: dict[str, int]  # role -> id
-    generation: dict[str, Any]  # the manifest's generation defaults
+    generation: GenerationDefaults | None  # the manifest's generation defaults
     wrappers: dict[str, tuple[nn.Module, list[str]]]  # graph role -> (traced wrapper, its output names)
 
 
@@ -89,20 +80,19 @@ class Demo:
 
 @dataclass(frozen=True)
 class Recipe:
+    """A family's export (the manifest contract's family-specific parts: task, framing, io, kv_cache,
+    generation; see onnxformer.runtime.manifest)."""
+
+    task: Task  # what the runtime does with the export: its model class and the graph roles it runs
     graphs: tuple[ModelGraph, ...]
     blocks: Callable[[nn.Module], list[StackBlocks]]
-    framing: dict[str, Framing]  # task -> framing
-    kv_cache: Callable[[Any], dict[str, Any]]  # config -> the manifest's kv_cache ({}: no cache)
-    generation: Callable[[Any, dict[str, int]], dict[str, Any]]  # config, special ids -> defaults
+    framing: dict[str, Framing]  # text key ("prompt", "text", "source") -> special tokens around it
+    kv_cache: Callable[[Any], KVCache | None]  # config -> the cache layout (None: no cache)
+    generation: Callable[[Any, dict[str, int]], GenerationDefaults | None]  # config, special ids -> defaults
     end_to_end: Callable[[EndToEnd], dict[str, Any]]  # the family's part of goldens/end_to_end.json
     main_outputs: dict[str, str]  # graph the runtime runs (role) -> output whose direction int8 keeps
     task_metrics: Callable[[Any, int], dict[str, float]]  # (runtime export, limit) -> built-in task scores
     demo: Demo
-
-    @property
-    def runtime_roles(self) -> tuple[str, ...]:
-        """The graphs the runtime runs (the attention-weights graph is for inspection only)."""
-        return tuple(self.main_outputs)
 
 
 def cache_names(pattern_key: str, pattern_value: str, layers: int) -> list[str]:
@@ -148,31 +138,29 @@ def plain_cases(
         yield f"B={batch} T={length}", inputs
 
 
-def self_attention_cache(config: Any, *, cross: bool = False) -> dict[str, Any]:
-    """The manifest's kv_cache for a decoder stack's self-attention cache (and cross-attention K/V)."""
-    layout: dict[str, Any] = {
-        "layers": config.n_layers,
-        "heads": config.n_heads,
-        "head_dim": config.d_model // config.n_heads,
-        "layout": ["batch", "heads", "sequence", "head_dim"],
-        "past_key": PAST_KEY,
-        "past_value": PAST_VALUE,
-        "present_key": PRESENT_KEY,
-        "present_value": PRESENT_VALUE,
-    }
-    if cross:
-        layout |= {"cross_key": CROSS_KEY, "cross_value": CROSS_VALUE}
-    return layout
+def self_attention_cache(config: Any, *, cross: bool = False) -> KVCache:
+    """The KV-cache layout of a decoder stack's self-attention cache (and its cross-attention K/V)."""
+    return KVCache(
+        layers=config.n_layers,
+        kv_heads=config.n_heads,
+        head_dim=config.d_model // config.n_heads,
+        past_key=PAST_KEY,
+        past_value=PAST_VALUE,
+        present_key=PRESENT_KEY,
+        present_value=PRESENT_VALUE,
+        cross_key=CROSS_KEY if cross else None,
+        cross_value=CROSS_VALUE if cross else None,
+    )
 
 
-def no_cache(config: Any) -> dict[str, Any]:
+def no_cache(config: Any) -> None:
     """kv_cache of a family that does not decode."""
-    return {}
+    return None
 
 
-def no_generation(config: Any, special: dict[str, int]) -> dict[str, Any]:
+def no_generation(config: Any, special: dict[str, int]) -> None:
     """generation defaults of a family that does not generate."""
-    return {}
+    return None
 
 
 def block_position(config: Any) -> str:

@@ -17,7 +17,6 @@ from onnxformer.builder.export.recipes.base import (
     TRAIN_SEED,
     Demo,
     EndToEnd,
-    Framing,
     ModelGraph,
     Recipe,
     StackBlocks,
@@ -28,12 +27,14 @@ from onnxformer.builder.export.recipes.base import (
     random_ids,
 )
 from onnxformer.builder.families import BERT
+from onnxformer.runtime.manifest import Framing, GraphIO
 
-FRAMING = {"encode": Framing(prefix=("cls",), suffix=("sep",))}
+FRAMING = {"text": Framing(prefix=("cls",), suffix=("sep",))}
 SENTENCES = ("the cat sees the dog", "a dog near the house sleeps", "", "the")
 EMBEDDING = "sentence_embedding"
 MASK_RATE = 0.15  # masked-token accuracy: the share of a sentence's tokens replaced by [MASK]
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+HEADS = ("last_hidden_state", EMBEDDING, "mlm_logits", "class_logits")  # the encoder graph's outputs
 
 
 class Encoder(nn.Module):
@@ -78,8 +79,9 @@ GRAPHS = (
         Encoder,
         _example,
         lambda n: _AXES,
-        lambda n: ["last_hidden_state", EMBEDDING, "mlm_logits", "class_logits"],
+        lambda n: list(HEADS),
         _cases,
+        GraphIO(INPUTS, {name: name for name in HEADS}),
     ),
     ModelGraph(
         "attentions",
@@ -89,6 +91,7 @@ GRAPHS = (
         lambda n: _AXES,
         lambda n: [f"attentions.{i}" for i in range(n)],
         _cases,
+        GraphIO(INPUTS, {"self_attentions": "attentions.{i}"}),
     ),
 )
 
@@ -120,7 +123,7 @@ def end_to_end(context: EndToEnd) -> dict[str, Any]:
     embed = sentence_embedder(*context.wrappers["encoder"])
     items = []
     for text in SENTENCES:
-        fed = FRAMING["encode"].frame(context.ids(text), context.special)
+        fed = FRAMING["text"].ids(context.ids(text), context.special)
         vector = embed(torch.tensor([fed]))[0]  # (D,)
         items.append({"text": text, "input_ids": fed, "embedding": vector.tolist()})
     return {"embeddings": {"output": EMBEDDING, "atol": GOLDEN_ATOL, "rtol": 0.0, "items": items}}
@@ -147,7 +150,7 @@ def task_metrics(export: Any, limit: int) -> dict[str, float]:
     for text, label in examples:
         if label != 1:
             continue
-        ids = FRAMING["encode"].frame(encoder.tokenizer.encode(text), special)
+        ids = export.framing.ids(encoder.tokenizer.encode(text), special)
         inner = np.arange(1, len(ids) - 1)
         chosen = inner[rng.random(len(inner)) < MASK_RATE] if len(inner) else inner
         if len(chosen) == 0 and len(inner):
@@ -181,6 +184,7 @@ def _show(model: Any, examples: tuple[str, ...]) -> list[str]:
 
 
 RECIPE = Recipe(
+    task="encode",
     graphs=GRAPHS,
     blocks=blocks,
     framing=FRAMING,

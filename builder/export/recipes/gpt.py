@@ -22,7 +22,6 @@ from onnxformer.builder.export.recipes.base import (
     TRAIN_SEED,
     Demo,
     EndToEnd,
-    Framing,
     ModelGraph,
     Recipe,
     StackBlocks,
@@ -38,8 +37,9 @@ from onnxformer.builder.export.recipes.base import (
 from onnxformer.builder.export.samples import padded_mask
 from onnxformer.builder.families import GPT
 from onnxformer.builder.generation import generate
+from onnxformer.runtime.manifest import Framing, GenerationDefaults, GraphIO
 
-FRAMING = {"generate": Framing(prefix=("bos",))}
+FRAMING = {"prompt": Framing(prefix=("bos",))}
 # (prompt, max_new_tokens, stop at </s>): most rows end at a stop token; a small budget ends one by
 # length, and a long prompt without stop tokens runs into the end of the context (a row generates at
 # most max_len - len(input_ids) + 1 tokens).
@@ -113,6 +113,7 @@ GRAPHS = (
         },
         lambda n: ["logits", *cache_names(PRESENT_KEY, PRESENT_VALUE, n)],
         decoder_cases,
+        GraphIO(("input_ids", "attention_mask"), {"logits": "logits"}),
     ),
     ModelGraph(
         "attentions",
@@ -125,6 +126,7 @@ GRAPHS = (
         lambda n: {"input_ids": ("batch", "sequence"), "attention_mask": ("batch", "sequence")},
         lambda n: ["logits", *(f"attentions.{i}" for i in range(n))],
         lambda m, g: plain_cases(m, g, side="left"),
+        GraphIO(("input_ids", "attention_mask"), {"self_attentions": "attentions.{i}"}),
     ),
 )
 
@@ -145,25 +147,21 @@ def blocks(model: GPT) -> list[StackBlocks]:
     ]
 
 
-def generation(config: Any, special: dict[str, int]) -> dict[str, Any]:
-    return {
-        "max_new_tokens": config.max_len,
-        "top_k": 0,
-        "top_p": 1.0,
-        "stop_tokens": [special["eos"]],
-        "temperature": 1.0,
-        "prompt_prefix_tokens": [special[name] for name in FRAMING["generate"].prefix],
-    }
+def generation(config: Any, special: dict[str, int]) -> GenerationDefaults:
+    """Sampling at temperature 1 until </s> or the end of the context."""
+    return GenerationDefaults(
+        max_new_tokens=config.max_len, temperature=1.0, top_k=0, top_p=1.0, stop_tokens=(special["eos"],)
+    )
 
 
 @torch.no_grad()
 def end_to_end(context: EndToEnd) -> dict[str, Any]:
     """Greedy generations from framed prompts, with the smallest logit margin on each path."""
     model, special = context.model.eval(), context.special
-    stop = list(context.generation["stop_tokens"])
+    stop = list(context.generation.stop_tokens)
     rows = []
     for prompt, budget, stops in PROMPTS:
-        fed = FRAMING["generate"].frame(context.ids(prompt), special)
+        fed = FRAMING["prompt"].ids(context.ids(prompt), special)
         if len(fed) >= model.config.max_len:
             continue  # a model with a shorter context than this prompt
         row_stop = stop if stops else []
@@ -187,7 +185,8 @@ def task_metrics(export: Any, limit: int) -> dict[str, float]:
     _, held_out = split_held_out(generate_sentences(BUILTIN_SENTENCES, seed=TRAIN_SEED), seed=TRAIN_SEED)
     generator = TextGenerator(export)
     special = export.special
-    rows = [[special["bos"], *generator.tokenizer.encode(text), special["eos"]] for text in held_out[:limit]]
+    frame = export.framing.ids
+    rows = [[*frame(generator.tokenizer.encode(text), special), special["eos"]] for text in held_out[:limit]]
     session, cache = export.sessions["decoder"], export.cache
     hits = count = 0
     loss = 0.0
@@ -215,6 +214,7 @@ def _show(model: Any, examples: tuple[str, ...]) -> list[str]:
 
 
 RECIPE = Recipe(
+    task="generate",
     graphs=GRAPHS,
     blocks=blocks,
     framing=FRAMING,

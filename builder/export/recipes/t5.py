@@ -27,7 +27,6 @@ from onnxformer.builder.export.recipes.base import (
     TRAIN_SEED,
     Demo,
     EndToEnd,
-    Framing,
     ModelGraph,
     Recipe,
     StackBlocks,
@@ -43,6 +42,7 @@ from onnxformer.builder.export.recipes.base import (
 from onnxformer.builder.export.samples import padded_mask
 from onnxformer.builder.families import T5
 from onnxformer.builder.generation import generate_seq2seq
+from onnxformer.runtime.manifest import Framing, GenerationDefaults, GraphIO, KVCache
 
 FRAMING = {"source": Framing(suffix=("eos",))}
 SOURCES = (("the cat sees the dog", 32), ("a teacher finds the old book", 32), ("the bird", 2))
@@ -160,6 +160,7 @@ GRAPHS = (
         lambda n: {"input_ids": SOURCE_AXES, "attention_mask": SOURCE_AXES},
         lambda n: ["last_hidden_state", *cache_names(CROSS_KEY, CROSS_VALUE, n)],
         lambda m, g: plain_cases(m, g, side="right"),
+        GraphIO(("input_ids", "attention_mask"), {"last_hidden_state": "last_hidden_state"}),
     ),
     ModelGraph(
         "decoder",
@@ -181,6 +182,9 @@ GRAPHS = (
         },
         lambda n: ["logits", *cache_names(PRESENT_KEY, PRESENT_VALUE, n)],
         decoder_cases,
+        GraphIO(
+            ("decoder_input_ids", "decoder_attention_mask", "encoder_attention_mask"), {"logits": "logits"}
+        ),
     ),
     ModelGraph(
         "attentions",
@@ -201,6 +205,10 @@ GRAPHS = (
             *(f"cross_attentions.{i}" for i in range(n)),
         ],
         attention_cases,
+        GraphIO(
+            ("input_ids", "attention_mask", "decoder_input_ids"),
+            {"self_attentions": "encoder_attentions.{i}", "cross_attentions": "cross_attentions.{i}"},
+        ),
     ),
 )
 
@@ -225,29 +233,30 @@ def blocks(model: T5) -> list[StackBlocks]:
     ]
 
 
-def kv_cache(config: Any) -> dict[str, Any]:
+def kv_cache(config: Any) -> KVCache:
     return self_attention_cache(config, cross=True)
 
 
-def generation(config: Any, special: dict[str, int]) -> dict[str, Any]:
-    return {
-        "max_new_tokens": config.max_len,
-        "top_k": 0,
-        "top_p": 1.0,
-        "stop_tokens": [special["eos"]],
-        "temperature": 0.0,
-        "decoder_start_token_id": config.decoder_start_token_id,
-    }
+def generation(config: Any, special: dict[str, int]) -> GenerationDefaults:
+    """Greedy until </s> or the end of the decoder's context."""
+    return GenerationDefaults(
+        max_new_tokens=config.max_len,
+        temperature=0.0,
+        top_k=0,
+        top_p=1.0,
+        stop_tokens=(special["eos"],),
+        decoder_start_token_id=config.decoder_start_token_id,
+    )
 
 
 @torch.no_grad()
 def end_to_end(context: EndToEnd) -> dict[str, Any]:
     """Greedy generations from framed sources, with the smallest logit margin on each path."""
     model, special = context.model.eval(), context.special
-    stop = list(context.generation["stop_tokens"])
+    stop = list(context.generation.stop_tokens)
     rows = []
     for source, budget in SOURCES:
-        fed = FRAMING["source"].frame(context.ids(source), special)
+        fed = FRAMING["source"].ids(context.ids(source), special)
         (result,) = generate_seq2seq(
             model, [fed], max_new_tokens=budget, stop_tokens=stop, pad_id=special["pad"]
         )
@@ -287,6 +296,7 @@ def _show(model: Any, examples: tuple[str, ...]) -> list[str]:
 
 
 RECIPE = Recipe(
+    task="seq2seq",
     graphs=GRAPHS,
     blocks=blocks,
     framing=FRAMING,
