@@ -35,6 +35,7 @@ def demo_command(
         from onnxformer.builder.export.models import export_checkpoint
         from onnxformer.builder.export.recipes import RECIPES
         from onnxformer.builder.training import TrainOptions, train
+        from onnxformer.builder.training.defaults import TRAINING
         from onnxformer.runtime import load
         from onnxformer.runtime.attention import attention_map, save_heatmaps
         from onnxformer.runtime.check import check_export
@@ -43,7 +44,7 @@ def demo_command(
         from onnxformer.runtime.goldens import run_goldens
 
         for family, recipe in RECIPES.items():
-            metric, examples = recipe.demo.metric, recipe.demo.examples
+            metric, examples = TRAINING[family].headline, recipe.demo.examples
             with training_progress(family) as report:
                 result = train(out / family, TrainOptions(family, steps=steps), progress=report)
             console.print(f"[bold]{family}[/] trained: {metric} = {result.metrics[metric]:.3f}")

@@ -74,7 +74,6 @@ class Demo:
     """What `onnxformer demo` shows for the family."""
 
     examples: tuple[str, ...]
-    metric: str  # the training metric in the summary
     show: Callable[[Any, tuple[str, ...]], list[str]]  # (runtime model, examples) -> lines
 
 

@@ -195,7 +195,6 @@ RECIPE = Recipe(
     task_metrics=task_metrics,
     demo=Demo(
         ("The cat sat on the mat.", "The cat sat on the rug.", "mat the on sat cat The."),
-        "classification_accuracy",
         _show,
     ),
 )

@@ -223,5 +223,5 @@ RECIPE = Recipe(
     end_to_end=end_to_end,
     main_outputs={"decoder": "logits"},
     task_metrics=task_metrics,
-    demo=Demo(("The cat", "A small dog"), "grammatical_rate", _show),
+    demo=Demo(("The cat", "A small dog"), _show),
 )
