@@ -29,8 +29,8 @@ VARIANT_FOLDERS = ("onnx", "fused", "int8")
 OVERRIDES: dict[str, dict[str, Any]] = {"gpt": {"max_len": 1152}, "bert": {}, "t5": {}}
 NOISE = 0.05  # std of the noise added to 1-D parameters (biases, LayerNorm gains and shifts)
 SEED = 0
-EXPORT_CODE = ("builder/export/model_graphs.py", "builder/export/graph.py", "builder/layers/attention.py")
-OPTIMIZE_CODE = ("builder/export/fusion.py", "builder/export/optimize.py", "builder/export/quality.py")
+EXPORT_CODE = ("builder/export/pipeline.py", "builder/export/graph.py", "builder/layers/attention.py")
+OPTIMIZE_CODE = ("builder/optimize/fusion.py", "builder/optimize/export.py", "builder/optimize/quality.py")
 
 
 @dataclass(frozen=True)
@@ -83,8 +83,8 @@ def prepare_models(
 
     from onnxformer.builder.export.blocks import tool_versions
     from onnxformer.builder.export.models import export_checkpoint
-    from onnxformer.builder.export.optimize import optimize_export
     from onnxformer.builder.families import FAMILIES as FAMILY_TABLE
+    from onnxformer.builder.optimize import optimize_export
     from onnxformer.builder.tokenizer import special_tokens
     from onnxformer.builder.training.checkpoint import Checkpoint, save_checkpoint
 

@@ -181,8 +181,8 @@ def _command_line() -> str:
 
 def _int8_accuracy(options: BenchOptions, say: Progress) -> dict:
     """int8's cost on the committed tiny models: task metrics and cosine to PyTorch of the main output."""
-    from onnxformer.builder.export.optimize import optimize_export
-    from onnxformer.builder.export.quality import MAIN_OUTPUTS
+    from onnxformer.builder.optimize import optimize_export
+    from onnxformer.builder.optimize.quality import MAIN_OUTPUTS
 
     exported = options.exported or Path(__file__).resolve().parents[1] / "exported"
     results = {}

@@ -1,28 +1,37 @@
 """PyTorch reference decoding loops with the explicit KV cache. The runtime is held to these.
 
-`generate` (GPT) left-pads a batch of prompts, runs the prompt once, then feeds one token per step with the
-cache; `generate_seq2seq` (T5) encodes once, computes the cross-attention keys/values once, then decodes
+`generate` (GPT) left-pads a batch of prompts, runs the prompt once, then feeds one token per step with
+the cache; `generate_seq2seq` (T5) encodes once, computes the cross-attention keys/values once, then decodes
 step by step with the self-attention cache. Token choice uses the runtime's numpy `Sampler`, so the two
-loops share one sampling procedure (see onnxformer.runtime.sampling for what that guarantees).
+loops share one sampling procedure (see onnxformer.runtime.sampling for what that guarantees). The
+bookkeeping is the runtime's own too (onnxformer.runtime.decoding: `left_pad`, `Collector`), so the
+reference and the runtime cannot drift apart.
 """
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from onnxformer.builder.families import GPT, T5
+from onnxformer.runtime.decoding import Collector, Generation, left_pad
 from onnxformer.runtime.errors import InputError
 from onnxformer.runtime.sampling import Sampler, SamplingConfig
 
 GREEDY = SamplingConfig(temperature=0.0)
+__all__ = ["GREEDY", "Generation", "generate", "generate_seq2seq"]
 
 
-@dataclass(frozen=True)
-class Generation:
-    tokens: list[int]  # new tokens, without the stop token
-    finish_reason: str  # "stop" (a stop token), "length" (max_new_tokens or the context is full)
+# TODO(runtime): import these two from onnxformer.runtime.decoding once it has them as functions
+# (CONTRACT-REQUESTS.md); today the rule lives in TextGenerator._budgets and TextToText._check.
+def prompt_budgets(lengths: Sequence[int], max_new_tokens: int, max_len: int) -> list[int]:
+    """Each row may grow until its own context is full: the last token generated needs no position."""
+    return [min(max_new_tokens, max_len - length + 1) for length in lengths]
+
+
+def seq2seq_budget(max_new_tokens: int, max_len: int) -> int:
+    """The decoder's context is max_len positions, the start token included."""
+    return min(max_new_tokens, max_len)
 
 
 def _check_request(
@@ -39,54 +48,22 @@ def _check_request(
             raise InputError(f"{what} {index} has {len(prompt)} tokens, the model's context is {limit}")
 
 
-def _left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)  # (B, T)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)  # (B, T)
-    for row, prompt in enumerate(prompts):
-        ids[row, width - len(prompt) :] = torch.tensor(list(prompt), dtype=torch.long)
-        mask[row, width - len(prompt) :] = 1
-    return ids, mask
+def _left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The runtime's left padding, as tensors: ids (B, T) and mask (B, T)."""
+    ids, mask = left_pad(rows, pad_id)  # (B, T) each
+    return torch.from_numpy(ids), torch.from_numpy(mask)
 
 
-class _Collector:
-    """Per-row token lists that close at a stop token or when the row's budget of steps is spent."""
-
-    def __init__(self, budgets: Sequence[int], stop_tokens: Collection[int]) -> None:
-        self.budgets = list(budgets)
-        self.tokens: list[list[int]] = [[] for _ in budgets]
-        self.reasons: list[str | None] = ["length" if b <= 0 else None for b in budgets]
-        self.stop = set(stop_tokens)
-        self.steps = 0
-
-    def add(self, chosen: np.ndarray) -> None:
-        self.steps += 1
-        for row, token in enumerate(chosen.tolist()):
-            if self.reasons[row] is not None:
-                continue
-            if token in self.stop:
-                self.reasons[row] = "stop"
-                continue
-            self.tokens[row].append(token)
-            if self.steps >= self.budgets[row]:
-                self.reasons[row] = "length"
-
-    def feed(self, chosen: np.ndarray, mask: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Record the chosen tokens (B,); return the next step's ids (B, 1) and mask (B, P + 1).
-
-        Closed rows feed padding with mask 0, so their positions stop advancing and stay in range.
-        """
-        self.add(chosen)
-        still_open = torch.tensor([reason is None for reason in self.reasons], dtype=torch.long)  # (B,)
-        ids = torch.where(still_open.bool(), torch.from_numpy(chosen), pad_id)[:, None]  # (B, 1)
-        return ids, torch.cat([mask, still_open[:, None]], dim=1)
-
-    @property
-    def done(self) -> bool:
-        return all(reason is not None for reason in self.reasons)
-
-    def result(self) -> list[Generation]:
-        return [Generation(t, r or "length") for t, r in zip(self.tokens, self.reasons, strict=True)]
+def _next_step(
+    collector: Collector, chosen: np.ndarray, mask: torch.Tensor, pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Record the chosen tokens (B,) in the runtime's collector; return the next step's ids (B, 1) and mask
+    (B, P + 1). Closed rows feed padding with mask 0, so their positions stop advancing and stay in range
+    (what onnxformer.runtime.decoding.decode_steps does)."""
+    collector.add(chosen)
+    still_open = torch.from_numpy(collector.open_rows())  # (B,)
+    ids = torch.where(still_open.bool(), torch.from_numpy(chosen), pad_id)[:, None]  # (B, 1)
+    return ids, torch.cat([mask, still_open[:, None]], dim=1)
 
 
 @torch.no_grad()
@@ -104,16 +81,14 @@ def generate(
     limit = model.config.max_len
     _check_request(prompts, limit, "prompt", max_new_tokens)
     ids, mask = _left_pad(prompts, pad_id)  # (B, T)
-    # Each row may grow until its own context is full: the last token generated needs no position.
-    budgets = [min(max_new_tokens, limit - len(prompt) + 1) for prompt in prompts]
+    collector = Collector(prompt_budgets([len(p) for p in prompts], max_new_tokens, limit), stop_tokens)
     sampler = Sampler(sampling, len(prompts))
-    collector = _Collector(budgets, stop_tokens)
     past = None
     while not collector.done:
         out = model(ids, attention_mask=mask, past_key_values=past)
         chosen = sampler(out.logits[:, -1].float().numpy())  # (B,)
         past = out.present
-        ids, mask = collector.feed(chosen, mask, pad_id)
+        ids, mask = _next_step(collector, chosen, mask, pad_id)
     return collector.result()
 
 
@@ -136,8 +111,7 @@ def generate_seq2seq(
     batch = len(sources)
     ids = torch.full((batch, 1), model.config.decoder_start_token_id, dtype=torch.long)  # (B, 1)
     sampler = Sampler(sampling, batch)
-    # The decoder's context is max_len positions, the start token included.
-    collector = _Collector([min(max_new_tokens, model.config.max_len)] * batch, stop_tokens)
+    collector = Collector([seq2seq_budget(max_new_tokens, model.config.max_len)] * batch, stop_tokens)
     past = None
     mask = torch.ones(batch, 1, dtype=torch.long)  # (B, 1)
     while not collector.done:
@@ -150,5 +124,5 @@ def generate_seq2seq(
         )
         chosen = sampler(out.logits[:, -1].float().numpy())  # (B,)
         past = out.present
-        ids, mask = collector.feed(chosen, mask, pad_id)
+        ids, mask = _next_step(collector, chosen, mask, pad_id)
     return collector.result()

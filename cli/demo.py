@@ -18,14 +18,7 @@ from onnxformer.cli.outputs import (
 from onnxformer.cli.printing import console
 from onnxformer.cli.train import training_progress
 
-EXAMPLES = {
-    "gpt": ["The cat", "A small dog"],
-    "bert": ["The cat sat on the mat.", "The cat sat on the rug.", "mat the on sat cat The."],
-    "t5": ["The cat chased the dog.", "A small dog saw the red ball under an old table."],
-}
 SENTENCE = "The cat sat on the mat."
-FAMILY_ORDER = ("gpt", "bert", "t5")
-METRICS = {"gpt": "grammatical_rate", "bert": "classification_accuracy", "t5": "exact_match"}
 
 
 def demo_command(
@@ -45,17 +38,23 @@ def demo_command(
 ) -> None:
     """Train the tiny GPT, BERT and T5 on the built-in corpus, export them (graphs and blocks), verify the
     exports, run them with the torch-free runtime, and print a summary. Writes OUT/FAMILY (checkpoints),
-    OUT/export/FAMILY and OUT/attention_gpt.png; an earlier demo's are replaced only with --overwrite."""
+    OUT/export/FAMILY and the attention PNG; an earlier demo's are replaced only with --overwrite."""
     started = time.perf_counter()
     rows = []
     with user_errors(ctx):
         check_folder_out(out, what="checkpoints and exports")
-        for family in FAMILY_ORDER:
+        from onnxformer.builder.export.recipes import RECIPES
+
+        # The attention picture of the first text generator (a decoder's causal attention).
+        drawn = next(family for family, recipe in RECIPES.items() if recipe.task == "generate")
+        picture = out / f"attention_{drawn}.png"
+        for family in RECIPES:  # every target checked before any work
             check_checkpoint_out(out / family, overwrite=overwrite)
             check_export_out(out / "export" / family, model=True, overwrite=overwrite)
-        check_png_out(out / "attention_gpt.png", overwrite=overwrite)
+        check_png_out(picture, overwrite=overwrite)
         from onnxformer.builder.export.models import export_checkpoint
         from onnxformer.builder.training import TrainOptions, train
+        from onnxformer.builder.training.defaults import TRAINING
         from onnxformer.runtime import load
         from onnxformer.runtime.attention import attention_map, save_heatmaps
         from onnxformer.runtime.check import check_export
@@ -63,12 +62,11 @@ def demo_command(
         from onnxformer.runtime.folder import ExportFolder
         from onnxformer.runtime.goldens import run_goldens
 
-        for family in FAMILY_ORDER:
+        for family, recipe in RECIPES.items():
+            metric, examples = TRAINING[family].headline, recipe.demo.examples
             with training_progress(family) as report:
                 result = train(out / family, TrainOptions(family, steps=steps), progress=report)
-            console.print(
-                f"[bold]{family}[/] trained: {METRICS[family]} = {result.metrics[METRICS[family]]:.3f}"
-            )
+            console.print(f"[bold]{family}[/] trained: {metric} = {result.metrics[metric]:.3f}")
             export = out / "export" / family
             with console.status(f"exporting {family} and checking parity"):
                 manifest = export_checkpoint(result.out, export)
@@ -78,37 +76,25 @@ def demo_command(
             problems += [f"{g.file} {g.label}: {g.problem}" for g in goldens if not g.ok]
             if problems:
                 raise ExportError(f"{export} failed verification: {problems[0]}")
-            model = load(export, device="cpu")
-            if family == "gpt":
-                samples = [p + model.generate(p, temperature=1.0, seed=0) for p in EXAMPLES[family]]
-            elif family == "bert":
-                similarity = model.similarity(*EXAMPLES[family][:2])
-                labels = [c.label for c in model.classify(EXAMPLES[family])]
-                samples = [f"cos(mat, rug sentences) = {similarity:.3f}; labels {labels} (1 = well-formed)"]
-            else:
-                samples = [
-                    f"{s} -> {t}"
-                    for s, t in zip(EXAMPLES[family], model.generate(EXAMPLES[family]), strict=True)
-                ]
+            samples = recipe.demo.show(load(export, device="cpu"), examples)
             worst = max(max(e.parity.max_abs_diff.values()) for e in manifest.files if e.parity)
             checked = f"{worst:.1e}\ngoldens {len(goldens)}/{len(goldens)} pass"
-            rows.append((family, result, export, checked, samples))
-        picture = out / "attention_gpt.png"
-        attention = attention_map(out / "export" / "gpt", SENTENCE, device="cpu")
+            rows.append((family, metric, result, export, checked, samples))
+        attention = attention_map(out / "export" / drawn, SENTENCE, device="cpu")
         save_heatmaps(attention, picture)
         weights = attention.row("sat")
     table = Table(title=f"onnxformer demo: done in {time.perf_counter() - started:.0f} s")
     for column in ("model", "trained (held-out)", "export", "max parity diff", "runtime output"):
         table.add_column(column, overflow="fold")
-    for family, result, export, checked, samples in rows:
-        metric = f"{METRICS[family]} {result.metrics[METRICS[family]]:.3f}\n{result.parameters:,} params, "
-        metric += f"{result.metrics['train_seconds']:.0f} s"
-        table.add_row(family, metric, str(export), checked, "\n".join(samples))
+    for family, metric, result, export, checked, samples in rows:
+        trained = f"{metric} {result.metrics[metric]:.3f}\n{result.parameters:,} params, "
+        trained += f"{result.metrics['train_seconds']:.0f} s"
+        table.add_row(family, trained, str(export), checked, "\n".join(samples))
     console.print(table)
     focus = ", ".join(
         f"{token} {weight:.2f}"
         for token, weight in zip(attention.key_tokens, weights, strict=True)
         if weight >= 0.01
     )
-    console.print(f"attention from 'sat' in {SENTENCE!r} (gpt, averaged): {focus}")
+    console.print(f"attention from 'sat' in {SENTENCE!r} ({drawn}, averaged): {focus}")
     console.print(f"attention heatmaps: {picture}   (see also: onnxformer attention --help)")

@@ -41,7 +41,7 @@ def encode_command(
     each (the built-in task: well-formed sentence or shuffled words). Runs without torch."""
     with user_errors(ctx):
         texts = gather_texts(texts, file, what="text")
-        model = load_model(folder, "bert", device, threads)
+        model = load_model(folder, "encode", device, threads)
         embeddings = model.embed(texts, normalize=True) if normalize else model.embed(texts)
         classes = model.classify(texts)
     unit = embeddings / np.maximum(np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12)

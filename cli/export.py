@@ -65,7 +65,7 @@ def export_command(
                 checkpoint, out, opset=opset, attentions=attentions, blocks=blocks, progress=advance
             )
             if optimize or int8:
-                from onnxformer.builder.export.optimize import optimize_export
+                from onnxformer.builder.optimize import optimize_export
 
                 progress.update(task, description="optimizing (onnxformer optimize)")
                 manifest = optimize_export(out, out, quantize="int8" if int8 else None)

@@ -54,7 +54,7 @@ def generate_command(
             raise InputError(
                 "--stream prints text as it comes and --json prints it when done; use one of them"
             )
-        model = load_model(folder, "gpt", device, threads)
+        model = load_model(folder, "generate", device, threads)
         if stream:
             for prompt in prompts:
                 typer.echo(prompt, nl=False)

@@ -42,7 +42,7 @@ def optimize_command(
         if not fuse and not int8:
             raise ConfigError("--no-fuse without --int8 leaves nothing to do; add --int8, or drop --no-fuse")
         check_export_out(out, model=True, overwrite=overwrite, same_as=folder)
-        from onnxformer.builder.export.optimize import optimize_export
+        from onnxformer.builder.optimize import optimize_export
 
         manifest = optimize_export(folder, out, fuse=fuse, quantize="int8" if int8 else None, tasks=tasks)
     record = manifest.extra["optimization"]

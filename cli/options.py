@@ -25,17 +25,17 @@ TextFile = Annotated[
 ]
 
 
-def load_model(folder: Path, family: str, device: str, threads: int | None = None):
-    """The runtime model in `folder`, refusing an export of another family with a clear error."""
+def load_model(folder: Path, task: str, device: str, threads: int | None = None):
+    """The runtime model in `folder`, refusing an export made for another task with a clear error. The
+    commands are named after the manifest's tasks (generate, encode, seq2seq)."""
     from onnxformer.runtime.errors import ManifestError
     from onnxformer.runtime.loader import load
 
     model = load(folder, device=device, threads=threads)
-    if model.family != family:
-        commands = {"gpt": "generate", "bert": "encode", "t5": "seq2seq"}
+    if model.task != task:
         raise ManifestError(
-            f"{folder} is a {model.family} export; this command needs a {family} export "
-            f"(use `onnxformer {commands[model.family]}` for {model.family})"
+            f"{folder} is a {model.family} export (task {model.task}); this command needs a {task} export "
+            f"(use `onnxformer {model.task}` for {model.family})"
         )
     return model
 

@@ -33,7 +33,7 @@ def seq2seq_command(
     """Turn each input into its output text with a T5 export (built-in task: active to passive voice)."""
     with user_errors(ctx):
         inputs = gather_texts(inputs, file, what="input text")
-        model = load_model(folder, "t5", device, threads)
+        model = load_model(folder, "seq2seq", device, threads)
         outputs = model.generate(
             list(inputs),
             max_new_tokens=max_new_tokens,

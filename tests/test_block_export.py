@@ -119,9 +119,9 @@ def test_parity_miss_is_fatal_and_writes_nothing(tmp_path: Path) -> None:
 
 def test_sabotaged_graph_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """If the graph ONNX Runtime runs differs from the module, parity must fail, not warn."""
-    from onnxformer.builder.export import blocks
+    from onnxformer.builder.export import pipeline
 
-    real = blocks.export_graph
+    real = pipeline.export_graph
 
     def perturbed(module, example, **kwargs):
         model = real(module, example, **kwargs)
@@ -133,7 +133,7 @@ def test_sabotaged_graph_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
                 break
         return model
 
-    monkeypatch.setattr(blocks, "export_graph", perturbed)
+    monkeypatch.setattr(pipeline, "export_graph", perturbed)
     spec = next(s for s in CATALOG if s.name == "ffn.relu")
     with pytest.raises(ParityError, match=r"ffn\.relu"):
         export_block(spec)

@@ -10,6 +10,7 @@ Dh head width, V vocab. Every parity assertion prints the largest difference it 
 """
 
 import dataclasses
+import importlib
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from onnxformer.builder.families import (
     T5Config,
     mean_pool,
 )
+from onnxformer.builder.layers.stacks import DecoderStack, EncoderStack
 from onnxformer.runtime.errors import ConfigError, InputError
 
 TINY: dict[str, Any] = {
@@ -175,8 +177,10 @@ def test_presets_build_with_documented_sizes(family: str, preset: str) -> None:
     for name, expected in PRESET_SIZES[preset].items():
         assert getattr(config, name) == expected, f"{family}/{preset}: {name}={getattr(config, name)}"
     model = model_cls(config)
-    blocks = model.blocks if family != "t5" else model.decoder_blocks
-    assert len(blocks) == config.n_layers
+    stacks = [m for m in model.modules() if isinstance(m, EncoderStack | DecoderStack)]
+    assert stacks, f"{family} has no encoder or decoder stack"
+    for stack in stacks:
+        assert len(stack.blocks) == config.n_layers
     assert model.embeddings.token.weight.shape == (config.vocab_size, config.d_model)
 
 
@@ -585,3 +589,25 @@ def test_families_table() -> None:
     assert FAMILIES["t5"].model is T5 and FAMILIES["t5"].config is T5Config
     for family in FAMILIES.values():
         assert set(family.presets) == {"tiny", "small"}
+
+
+def _legacy_name(family: str, key: str) -> str:
+    """The checkpoint key this parameter had before the stacks (what older checkpoints hold)."""
+    renames = importlib.import_module(FAMILIES[family].model.__module__).LEGACY_KEYS
+    for old, new in renames.items():
+        if key.startswith(new):
+            return old + key[len(new) :]
+    return key
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_checkpoints_with_pre_stack_keys_still_load(family: str) -> None:
+    """Parameter names are a contract: keys written before the stacks existed map to the new names."""
+    source = build(family, "relative")
+    old = {_legacy_name(family, key): value for key, value in source.state_dict().items()}
+    assert set(old) != set(source.state_dict()), "the legacy names should differ from today's"
+    target = build(family, "relative")
+    missing, unexpected = target.load_state_dict(old, strict=False)
+    assert not unexpected and not missing, (missing, unexpected)
+    for key, value in source.state_dict().items():
+        assert torch.equal(target.state_dict()[key], value), key

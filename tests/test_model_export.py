@@ -36,8 +36,8 @@ def test_manifest_describes_the_model(model_exports: dict[str, Path], family: st
     assert manifest.config["n_layers"] == 2
     assert {"torch", "onnx", "onnxruntime"} <= set(manifest.versions)
     if family != "bert":
-        assert manifest.kv_cache["layers"] == 2 and manifest.kv_cache["past_key"] == "past_key_values.{i}.key"
-        assert manifest.generation["stop_tokens"] == [2]
+        assert manifest.kv_cache.layers == 2 and manifest.kv_cache.past_key == "past_key_values.{i}.key"
+        assert manifest.generation.stop_tokens == (2,)
     blocks = [entry for entry in manifest.files if entry.kind == "block"]
     assert len(blocks) == (4 if family == "t5" else 2)
     assert all(result.ok for result in check_export(folder)), [r.problem for r in check_export(folder)]
@@ -143,3 +143,24 @@ def test_verify_against_the_checkpoint(model_exports, tiny_checkpoints) -> None:
     wrong = ["verify", str(model_exports["gpt"]), "--checkpoint", str(tiny_checkpoints["bert"])]
     mismatch = CliRunner().invoke(app, wrong)
     assert mismatch.exit_code == 1 and "bert checkpoint, not gpt" in mismatch.stderr
+
+
+def test_every_family_has_a_recipe_for_its_task() -> None:
+    """FAMILIES and RECIPES name the same families; each recipe exports the graphs its task runs, with an
+    io entry for each, the framing of the task's text, and the output int8 must keep per runtime graph."""
+    from onnxformer.builder.export.recipes import RECIPES
+    from onnxformer.builder.families import FAMILIES as MODELS
+    from onnxformer.runtime.manifest import INPUT_NAMES, OUTPUT_KEYS, TASKS
+
+    assert list(RECIPES) == list(MODELS)
+    for family, recipe in RECIPES.items():
+        spec = TASKS[recipe.task]
+        roles = [graph.role for graph in recipe.graphs]
+        assert len(set(roles)) == len(roles), f"{family}: a role twice in {roles}"
+        assert set(spec.roles) <= set(roles), f"{family}: {recipe.task} needs {spec.roles}, has {roles}"
+        assert list(recipe.main_outputs) == list(spec.roles), family
+        assert spec.text in recipe.framing, f"{family}: no framing for {spec.text!r}"
+        for graph in recipe.graphs:
+            assert set(graph.io.inputs) <= set(INPUT_NAMES) and set(graph.io.outputs) <= set(OUTPUT_KEYS)
+        config = MODELS[family].config()
+        assert (recipe.kv_cache(config) is None) == (not spec.cached), family

@@ -1,4 +1,4 @@
-"""The optimisation step (builder/export/optimize.py) on the committed tiny exports: which operators get
+"""The optimisation step (builder/optimize/export.py) on the committed tiny exports: which operators get
 fused, that fused graphs compute what the originals compute (goldens, all-padding rows), int8's accuracy
 cost, and the session options. No timing here: speed is the benchmark's job (benchmarks/README.md)."""
 
@@ -12,7 +12,7 @@ import onnx
 import pytest
 from typer.testing import CliRunner
 
-from onnxformer.builder.export.optimize import optimize_export, optimize_graph
+from onnxformer.builder.optimize import optimize_export, optimize_graph
 from onnxformer.runtime.errors import ExportError
 from onnxformer.runtime.folder import ExportFolder
 from onnxformer.runtime.goldens import run_goldens

@@ -2,12 +2,11 @@
 
     export_blocks("runs/blocks")  # writes <block>.onnx files + manifest.json, or raises
 
-Each graph is traced at sizes >= 2, checked with onnx.checker (full check), loaded in ONNX Runtime (CPU),
-and compared with PyTorch at other sizes (see samples.parity_cases). A difference past the tolerance
-raises `ParityError` and nothing is written.
+Each graph goes through the one pipeline (`pipeline.export_one`): traced at sizes >= 2, checked with
+onnx.checker (full check), loaded in ONNX Runtime (CPU), and compared with PyTorch at other sizes (see
+samples.parity_cases). A difference past the tolerance raises `ParityError` and nothing is written.
 """
 
-import importlib.metadata
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -17,28 +16,18 @@ import torch
 
 from onnxformer.builder.export.catalog import BlockDims, BlockSpec, block_catalog
 from onnxformer.builder.export.folder import write_export_folder
-from onnxformer.builder.export.goldens import GoldenRecorder, block_golden_labels, golden_entries
-from onnxformer.builder.export.graph import DEFAULT_OPSET, check_opset, export_graph, io_specs
-from onnxformer.builder.export.parity import DEFAULT_TOLERANCE, Record, measure_parity
-from onnxformer.builder.export.samples import TRACE_CASE, dynamic_axes, make_inputs, parity_cases
+from onnxformer.builder.export.goldens import block_golden_labels
+from onnxformer.builder.export.graph import DEFAULT_OPSET, check_opset
+from onnxformer.builder.export.parity import DEFAULT_TOLERANCE
+from onnxformer.builder.export.pipeline import Exported, GraphSpec, export_one
+from onnxformer.builder.export.samples import TRACE_CASE, block_cases, dim_names, make_inputs, parity_cases
+from onnxformer.builder.versions import tool_versions
 from onnxformer.runtime.errors import ExportError
-from onnxformer.runtime.folder import sha256_bytes
-from onnxformer.runtime.manifest import FileEntry, GoldenGraph, Goldens, Manifest
-from onnxformer.runtime.session import create_session
+from onnxformer.runtime.manifest import FileEntry, Goldens, Manifest
 
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]  # (block name, index, total), called before each block
-
-
-def tool_versions() -> dict[str, str]:
-    versions = {}
-    for package in ("onnxformer", "torch", "onnx", "onnxscript", "onnxruntime", "onnxruntime-gpu"):
-        try:
-            versions[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return versions
 
 
 def select_blocks(names: Sequence[str] | None = None) -> list[BlockSpec]:
@@ -66,7 +55,29 @@ def build_block(
     return module
 
 
-def export_block(
+def block_graph(
+    spec: BlockSpec,
+    *,
+    dims: BlockDims = BlockDims(),  # noqa: B008 - frozen dataclass, immutable default
+    opset: int = DEFAULT_OPSET,
+    seed: int = 0,
+    metadata: dict[str, object] | None = None,
+) -> GraphSpec:
+    """The pipeline's description of a block's graph: trace inputs, axes, parity cases, goldens kept."""
+    return GraphSpec(
+        filename=spec.filename,
+        kind=spec.kind,
+        options={**spec.options, **dims.fixed_sizes(), "opset": opset},
+        example=make_inputs(spec, dims, TRACE_CASE, generator=torch.Generator().manual_seed(seed)),
+        dim_names=dim_names(spec),
+        output_names=spec.outputs,
+        cases=lambda: block_cases(spec, dims, seed=seed + 1),
+        golden_labels=frozenset(block_golden_labels(parity_cases(spec))),
+        metadata={"onnxformer.kind": spec.kind, "onnxformer.options": spec.options, **(metadata or {})},
+    )
+
+
+def export_block_with_goldens(
     spec: BlockSpec,
     *,
     dims: BlockDims = BlockDims(),  # noqa: B008 - frozen dataclass, immutable default
@@ -75,62 +86,22 @@ def export_block(
     tolerance: float = DEFAULT_TOLERANCE,
     seed: int = 0,
     metadata: dict[str, object] | None = None,
-    record: Record | None = None,
-) -> tuple[bytes, FileEntry]:
-    """Export one block and prove it; return the file's bytes and its manifest entry.
+) -> Exported:
+    """Export one block and prove it: its graph, goldens and manifest entries.
 
     Without `module` the block is built with random weights (`build_block`); a trained model's own block
-    comes in as `module` and is exported as it is. `record` sees every parity case (see `goldens`).
-    """
+    comes in as `module` and is exported as it is."""
     if module is None:
         module = build_block(spec, dims=dims, seed=seed)
-    example = make_inputs(spec, dims, TRACE_CASE, generator=torch.Generator().manual_seed(seed))
-    model = export_graph(
-        module,
-        example,
-        output_names=list(spec.outputs),
-        dynamic_axes=dynamic_axes(spec),
-        opset=opset,
-        metadata={"onnxformer.kind": spec.kind, "onnxformer.options": spec.options, **(metadata or {})},
-    )
-    data = model.SerializeToString()
-    try:
-        session = create_session(data, device="cpu")
-    except Exception as error:
-        raise ExportError(f"{spec.name}: ONNX Runtime cannot load the exported graph: {error}") from error
-    parity = measure_parity(
-        spec,
-        module,
-        session,
-        parity_cases(spec),
-        dims=dims,
-        tolerance=tolerance,
-        seed=seed + 1,
-        record=record,
-    )
-    inputs, outputs = io_specs(model)
-    entry = FileEntry(
-        path=spec.filename,
-        sha256=sha256_bytes(data),
-        size=len(data),
-        kind=spec.kind,
-        options={**spec.options, **dims.fixed_sizes(), "opset": opset},
-        inputs=inputs,
-        outputs=outputs,
-        parity=parity,
-    )
-    return data, entry
+    graph = block_graph(spec, dims=dims, opset=opset, seed=seed, metadata=metadata)
+    return export_one(graph, module, opset=opset, tolerance=tolerance)
 
 
-def export_block_with_goldens(
-    spec: BlockSpec, **options
-) -> tuple[dict[str, bytes], list[FileEntry], GoldenGraph]:
-    """`export_block` plus its golden cases: (path -> bytes of the graph and its goldens, their manifest
-    entries, the goldens' manifest record)."""
-    recorder = GoldenRecorder(block_golden_labels(parity_cases(spec)))
-    data, entry = export_block(spec, record=recorder, **options)
-    golden_files, graph = recorder.write(entry.path, entry.inputs, entry.outputs)
-    return {entry.path: data, **golden_files}, [entry, *golden_entries(golden_files)], graph
+def export_block(spec: BlockSpec, **options) -> tuple[bytes, FileEntry]:
+    """`export_block_with_goldens` without the goldens: the graph's bytes and its manifest entry."""
+    exported = export_block_with_goldens(spec, **options)
+    entry = exported.entries[0]
+    return exported.files[entry.path], entry
 
 
 def export_blocks(
@@ -152,12 +123,10 @@ def export_blocks(
     for index, spec in enumerate(specs):
         if progress is not None:
             progress(spec.name, index, len(specs))
-        block_files, block_entries, graph = export_block_with_goldens(
-            spec, dims=dims, opset=opset, tolerance=tolerance, seed=seed
-        )
-        files |= block_files
-        entries += block_entries
-        graphs.append(graph)
+        exported = export_block_with_goldens(spec, dims=dims, opset=opset, tolerance=tolerance, seed=seed)
+        files |= exported.files
+        entries += exported.entries
+        graphs.append(exported.goldens)
     manifest = Manifest(
         export_kind="blocks",
         opset=opset,

@@ -11,17 +11,17 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 from onnx import numpy_helper
 from tokenizers import Tokenizer
-from torch import nn
 
 from onnxformer.builder.export.samples import Case
-from onnxformer.builder.generation import generate, generate_seq2seq
 from onnxformer.runtime.errors import ParityError
 from onnxformer.runtime.folder import sha256_bytes
+from onnxformer.runtime.goldens import allowance
 from onnxformer.runtime.manifest import FileEntry, GoldenCase, GoldenGraph, TensorSpec
 
 logger = logging.getLogger(__name__)
@@ -32,7 +32,6 @@ GOLDEN_RTOL = 1e-6  # per unit of the output's magnitude: ~8 fp32 epsilons (trai
 # note in the manifest saying so; past the last one the export fails.
 RAISED_ATOLS = (2e-5, 5e-5, 1e-4)
 END_TO_END_FILE = "goldens/end_to_end.json"
-EMBEDDING = "sentence_embedding"
 
 TOKENIZER_TEXTS = (
     "Hello, world!",
@@ -44,18 +43,6 @@ TOKENIZER_TEXTS = (
     "",
     "a <mask> inside the text",
 )
-# (prompt, max_new_tokens, stop at </s>): most rows end at a stop token; a small budget ends one by
-# length, and a long GPT prompt without stop tokens runs into the end of the context (a row generates at
-# most max_len - len(input_ids) + 1 tokens).
-GPT_PROMPTS = (
-    ("", 24, True),
-    ("the cat", 24, True),
-    ("a dog near the house", 24, True),
-    ("the teacher", 3, True),
-    ("the cat sees the dog . " * 5, 24, False),
-)
-T5_SOURCES = (("the cat sees the dog", 32), ("a teacher finds the old book", 32), ("the bird", 2))
-BERT_SENTENCES = ("the cat sees the dog", "a dog near the house sleeps", "", "the")
 
 
 @dataclass
@@ -115,9 +102,7 @@ class GoldenRecorder:
         worst_excess, where = 0.0, ""
         for case in self.cases:
             for name, diff in case.diffs.items():
-                want = case.expected[name]
-                scale = float(np.max(np.abs(want))) if want.size else 0.0
-                excess = diff - GOLDEN_RTOL * scale  # the atol this output needs
+                excess = diff - allowance(case.expected[name], 0.0, GOLDEN_RTOL)  # the atol it needs
                 if excess > worst_excess:
                     worst_excess, where = excess, f"{name} at {case.label}"
         if worst_excess <= GOLDEN_ATOL:
@@ -159,82 +144,26 @@ def golden_entries(files: dict[str, bytes]) -> list[FileEntry]:
 @torch.no_grad()
 def end_to_end(
     family: str,
-    model: nn.Module,
     tokenizer: Tokenizer,
-    special: dict[str, int],
-    generation: dict,
-    embed: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    family_goldens: Callable[[Callable[[str], list[int]]], dict[str, Any]],
 ) -> bytes:
-    """goldens/end_to_end.json: token ids for every family; greedy ids (GPT, T5); embeddings (BERT, from
-    `embed`, made by `sentence_embedder` on the encoder graph's wrapper: the very output the graph computes).
-    """
-    model.eval()
+    """goldens/end_to_end.json: token ids of `TOKENIZER_TEXTS` for every family, plus what the family's
+    recipe adds (greedy generations, sentence embeddings), given a text -> ids function."""
 
     def ids(text: str) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False).ids
 
-    data: dict = {
+    data: dict[str, Any] = {
         "family": family,
         "tokenizer": [{"text": text, "ids": ids(text)} for text in TOKENIZER_TEXTS],
+        **family_goldens(ids),
     }
-    stop = list(generation.get("stop_tokens", [special["eos"]]))
-    if family == "gpt":
-        data["greedy"] = []
-        for prompt, budget, stops in GPT_PROMPTS:
-            fed = [*generation.get("prompt_prefix_tokens", [special["bos"]]), *ids(prompt)]
-            if len(fed) >= model.config.max_len:
-                continue  # a model with a shorter context than this prompt
-            row_stop = stop if stops else []
-            (result,) = generate(
-                model, [fed], max_new_tokens=budget, stop_tokens=row_stop, pad_id=special["pad"]
-            )
-            steps = len(result.tokens) + (result.finish_reason == "stop")
-            path = torch.tensor([fed + result.tokens[: steps - 1]])  # (1, T): every decision's input
-            logits = model(path).logits[0, len(fed) - 1 :]  # (steps, V)
-            data["greedy"].append(_greedy(prompt, fed, budget, row_stop, result, logits))
-    elif family == "t5":
-        data["greedy"] = []
-        for source, budget in T5_SOURCES:
-            fed = [*ids(source), special["eos"]]
-            (result,) = generate_seq2seq(
-                model, [fed], max_new_tokens=budget, stop_tokens=stop, pad_id=special["pad"]
-            )
-            steps = len(result.tokens) + (result.finish_reason == "stop")
-            source_ids = torch.tensor([fed])  # (1, S)
-            memory = model.encode(source_ids, attention_mask=torch.ones_like(source_ids)).hidden
-            target = torch.tensor([[model.config.decoder_start_token_id, *result.tokens[: steps - 1]]])
-            logits = model.decode(
-                target,
-                cross_key_values=model.cross_key_values(memory),
-                encoder_attention_mask=torch.ones_like(source_ids),
-                attention_mask=torch.ones_like(target),
-            ).logits[0]  # (steps, V)
-            data["greedy"].append(_greedy(source, fed, budget, stop, result, logits))
-    else:
-        if embed is None:
-            raise ParityError("BERT end-to-end goldens need the encoder graph's embedder")
-        items = []
-        for text in BERT_SENTENCES:
-            fed = [special["cls"], *ids(text), special["sep"]]
-            vector = embed(torch.tensor([fed]))[0]  # (D,)
-            items.append({"text": text, "input_ids": fed, "embedding": vector.tolist()})
-        data["embeddings"] = {"output": EMBEDDING, "atol": GOLDEN_ATOL, "rtol": 0.0, "items": items}
     return (json.dumps(data, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def sentence_embedder(
-    wrapper: nn.Module, output_names: Sequence[str]
-) -> Callable[[torch.Tensor], torch.Tensor]:
-    """BERT's sentence embedding (1, D) of input ids (1, T), through the encoder graph's wrapper."""
-    index = list(output_names).index(EMBEDDING)
-
-    def embed(input_ids: torch.Tensor) -> torch.Tensor:  # (1, T) -> (1, D)
-        return wrapper(input_ids, torch.ones_like(input_ids), torch.zeros_like(input_ids))[index]
-
-    return embed
-
-
-def _greedy(prompt: str, fed: list[int], budget: int, stop: list[int], result, logits: torch.Tensor) -> dict:
+def greedy_record(
+    prompt: str, fed: list[int], budget: int, stop: list[int], result, logits: torch.Tensor
+) -> dict[str, Any]:
     """One greedy golden; `logits` (steps, V) are the model's at every decision, recomputed in one pass
     (a cached step equals the full recompute) to record how close the nearest call was."""
     top2 = torch.topk(logits.float(), 2, dim=-1).values  # (steps, 2)

@@ -58,30 +58,23 @@ def export_graph(
     example: dict[str, Any],
     *,
     output_names: list[str],
-    dynamic_axes: dict[str, dict[int, str]] | None = None,
-    dim_names: dict[str, tuple[str | None, ...]] | None = None,
+    dim_names: dict[str, tuple[str | None, ...]],
     opset: int = DEFAULT_OPSET,
     metadata: dict[str, object] | None = None,
 ) -> onnx.ModelProto:
     """Trace `module` on `example` (sizes >= 2 on dynamic axes) and return a checked ModelProto.
 
-    `example` maps the module's forward parameter names to inputs. Either every value is a tensor, its
-    name is the graph input's name and `dynamic_axes` names the dynamic axes; or values may be nested
-    tuples of tensors (a KV cache), `dim_names` maps each flattened graph input name, in order, to its axis
-    names (None = fixed size), and the graph's symbolic dims are renamed to those names afterwards.
+    `example` maps the module's forward parameter names to inputs: tensors, or nested tuples of tensors (a
+    KV cache). `dim_names` maps each flattened graph input name, in order, to its axis names (None = fixed
+    size); the graph's symbolic dims are renamed to those names afterwards.
     """
     check_opset(opset)
     module.eval()
-    options: dict[str, Any] = {"input_names": list(example), "dynamic_axes": dynamic_axes}
-    if dim_names is not None:
-        leaves, structure = pytree.tree_flatten(example)
-        if len(leaves) != len(dim_names):
-            raise ExportError(f"dim_names names {len(dim_names)} inputs, the example has {len(leaves)}")
-        specs = [{axis: Dim.AUTO for axis, name in enumerate(names) if name} for names in dim_names.values()]
-        options = {
-            "input_names": list(dim_names),
-            "dynamic_shapes": pytree.tree_unflatten(specs, structure),
-        }
+    leaves, structure = pytree.tree_flatten(example)
+    if len(leaves) != len(dim_names):
+        raise ExportError(f"dim_names names {len(dim_names)} inputs, the example has {len(leaves)}")
+    specs = [{axis: Dim.AUTO for axis, name in enumerate(names) if name} for names in dim_names.values()]
+    options = {"input_names": list(dim_names), "dynamic_shapes": pytree.tree_unflatten(specs, structure)}
     try:
         with _quiet(), torch.no_grad():
             program = torch.onnx.export(
@@ -100,8 +93,7 @@ def export_graph(
             f"torch.onnx.export failed for {type(module).__name__}: {str(error).splitlines()[0]}"
         ) from error
     model = program.model_proto
-    if dim_names is not None:
-        _rename_dims(model, dim_names)
+    _rename_dims(model, dim_names)
     # The exporter annotates intermediate tensors with its own shape symbols (s18, s0 + s28). They are
     # optional, and engines that trust them fail: tract cannot unify them with the input axes (nor prove
     # total_sequence == past_sequence + sequence). Every engine infers the shapes itself.

@@ -2,52 +2,38 @@
 
     export_checkpoint("runs/gpt", "exported/gpt")
 
-writes, per family, the graphs of `model_graphs` (GPT: decoder; BERT: encoder; T5: encoder + decoder; and
-an attention-weights graph for each), the model's own blocks under `blocks/`, `tokenizer.json`, and
-`manifest.json` with the config, KV-cache layout, special tokens, generation defaults and the parity
-figures measured here. A graph that misses its tolerance fails the export and nothing is written.
+writes the graphs of the family's recipe (builder/export/recipes: GPT a decoder, BERT an encoder, T5 an
+encoder and a decoder, and an attention-weights graph for each), the model's own blocks under `blocks/`,
+`tokenizer.json`, goldens, and `manifest.json` with the config, KV-cache layout, special tokens, framing,
+generation defaults and the parity figures measured here. Every graph goes through the same pipeline as
+the catalogue's blocks (`pipeline.export_one`); one that misses its tolerance fails the export and nothing
+is written.
 """
 
 import dataclasses
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import torch
 from torch import nn
 
-from onnxformer.builder.export import catalog
-from onnxformer.builder.export import wrappers as block_wrappers
-from onnxformer.builder.export.blocks import export_block_with_goldens, tool_versions
+from onnxformer.builder.export.blocks import block_graph
 from onnxformer.builder.export.catalog import BlockDims, BlockSpec
 from onnxformer.builder.export.folder import write_export_folder
-from onnxformer.builder.export.goldens import (
-    END_TO_END_FILE,
-    GoldenRecorder,
-    end_to_end,
-    golden_entries,
-    sentence_embedder,
-)
-from onnxformer.builder.export.graph import DEFAULT_OPSET, check_opset, export_graph, io_specs
-from onnxformer.builder.export.model_graphs import (
-    CROSS_KEY,
-    CROSS_VALUE,
-    GRAPHS,
-    PAST_KEY,
-    PAST_VALUE,
-    PRESENT_KEY,
-    PRESENT_VALUE,
-    TRACE_BATCH,
-)
-from onnxformer.builder.export.model_parity import MODEL_RTOL, MODEL_TOLERANCE, measure_model_parity
-from onnxformer.builder.export.parity import measure_parity
-from onnxformer.builder.export.samples import parity_cases
+from onnxformer.builder.export.goldens import END_TO_END_FILE, end_to_end, golden_entries
+from onnxformer.builder.export.graph import DEFAULT_OPSET, check_opset
+from onnxformer.builder.export.parity import MODEL_RTOL, MODEL_TOLERANCE
+from onnxformer.builder.export.pipeline import GraphSpec, export_one, reprove
+from onnxformer.builder.export.recipes import recipe
+from onnxformer.builder.export.recipes.base import EndToEnd, ModelGraph, Recipe
 from onnxformer.builder.tokenizer import SPECIAL_TOKENS, special_tokens
 from onnxformer.builder.training.checkpoint import load_checkpoint
+from onnxformer.builder.versions import tool_versions
 from onnxformer.runtime.errors import ExportError
 from onnxformer.runtime.folder import ExportFolder, sha256_bytes
 from onnxformer.runtime.manifest import FileEntry, Goldens, Manifest, Parity
-from onnxformer.runtime.session import create_session
 
 logger = logging.getLogger(__name__)
 
@@ -55,72 +41,32 @@ TOKENIZER_FILE = "tokenizer.json"
 Progress = Callable[[str, int, int], None]  # (file, index, total)
 
 
-def _block_specs(family: str, model: nn.Module) -> list[tuple[BlockSpec, nn.Module]]:
-    """The model's own blocks, each with the spec (inputs, options) of its kind from the catalogue."""
-    c = model.config
-    position = c.position if c.position in ("relative", "rotary") else "none"
-    specs = []
-
-    def add(stack: str, blocks, template: BlockSpec, wrap) -> None:
-        for index, block in enumerate(blocks):
-            name = f"blocks/{stack}_layer_{index}"
-            options = {**template.options, "layer": index, "stack": stack}
-            specs.append((dataclasses.replace(template, name=name, options=options), wrap(block)))
-
-    if family == "gpt":
-        template = catalog.decoder_spec(c.norm_position, c.activation, position, cross=False, cached=True)
-        add(
-            "decoder",
-            model.blocks,
-            template,
-            lambda b: block_wrappers.Decoder(b, cached=True, relative=model.relative),
-        )
-    elif family == "bert":
-        template = catalog.encoder_spec(c.norm_position, c.activation, position)
-        add("encoder", model.blocks, template, lambda b: block_wrappers.Encoder(b, model.relative))
-    else:
-        template = catalog.encoder_spec(c.norm_position, c.activation, position)
-        add(
-            "encoder",
-            model.encoder_blocks,
-            template,
-            lambda b: block_wrappers.Encoder(b, model.encoder_relative),
-        )
-        template = catalog.decoder_spec(c.norm_position, c.activation, position, cross=True, cached=True)
-        add(
-            "decoder",
-            model.decoder_blocks,
-            template,
-            lambda b: block_wrappers.CrossDecoder(b, cached=True, relative=model.decoder_relative),
-        )
-    return specs
+def model_graph(graph: ModelGraph, model: nn.Module, *, family: str, seed: int, metadata: dict) -> GraphSpec:
+    """The pipeline's description of one of a model's graphs."""
+    layers = model.config.n_layers
+    return GraphSpec(
+        filename=graph.filename,
+        kind=graph.role,
+        options={"family": family},
+        example=graph.example(model),
+        dim_names=graph.dim_names(layers),
+        output_names=tuple(graph.output_names(layers)),
+        cases=lambda: graph.cases(model, torch.Generator().manual_seed(seed)),
+        metadata={**metadata, "onnxformer.role": graph.role},
+    )
 
 
-def _kv_cache(family: str, config) -> dict:
-    if family == "bert":
-        return {}
-    layout = {
-        "layers": config.n_layers,
-        "heads": config.n_heads,
-        "head_dim": config.d_model // config.n_heads,
-        "layout": ["batch", "heads", "sequence", "head_dim"],
-        "past_key": PAST_KEY,
-        "past_value": PAST_VALUE,
-        "present_key": PRESENT_KEY,
-        "present_value": PRESENT_VALUE,
-    }
-    if family == "t5":
-        layout |= {"cross_key": CROSS_KEY, "cross_value": CROSS_VALUE}
-    return layout
+def model_blocks(family_recipe: Recipe, model: nn.Module) -> Iterator[tuple[BlockSpec, nn.Module]]:
+    """The model's own blocks, each with the catalogue spec (inputs, options) of its kind."""
+    for stack in family_recipe.blocks(model):
+        for index, block in enumerate(stack.blocks):
+            name = f"blocks/{stack.stack}_layer_{index}"
+            options = {**stack.template.options, "layer": index, "stack": stack.stack}
+            yield dataclasses.replace(stack.template, name=name, options=options), stack.wrap(block).eval()
 
 
-def _generation(family: str, config, special) -> dict:
-    if family == "bert":
-        return {}
-    defaults = {"max_new_tokens": config.max_len, "top_k": 0, "top_p": 1.0, "stop_tokens": [special.eos]}
-    if family == "gpt":
-        return {**defaults, "temperature": 1.0, "prompt_prefix_tokens": [special.bos]}
-    return {**defaults, "temperature": 0.0, "decoder_start_token_id": config.decoder_start_token_id}
+def _dims(config) -> BlockDims:
+    return BlockDims(config.d_model, config.n_heads, config.d_ff, config.max_len)
 
 
 def export_checkpoint(
@@ -145,88 +91,40 @@ def export_checkpoint(
     check_opset(opset)
     loaded = load_checkpoint(checkpoint)
     family, model = loaded.family, loaded.model.eval()
+    family_recipe = recipe(family)
     config = model.config
-    layers = config.n_layers
     special = special_tokens(loaded.tokenizer)
     essentials = {
         "onnxformer.family": family,
         "onnxformer.config": dataclasses.asdict(config),
         "onnxformer.special_tokens": dataclasses.asdict(special),
     }
-    graph_specs = [s for s in GRAPHS[family]() if attentions or s.role != "attentions"]
-    block_specs = _block_specs(family, model) if blocks else []
-    total = len(graph_specs) + len(block_specs)
+    graphs = [g for g in family_recipe.graphs if attentions or g.role != "attentions"]
+    own_blocks = list(model_blocks(family_recipe, model)) if blocks else []
+    total = len(graphs) + len(own_blocks)
     files: dict[str, bytes] = {}
     entries: list[FileEntry] = []
     golden_graphs = []
-    embed = None  # BERT: input ids -> sentence embedding through the encoder graph's wrapper
-    for index, spec in enumerate(graph_specs):
+    wrappers = {}
+    for index, graph in enumerate(graphs):
+        if progress is not None:
+            progress(graph.filename, index, total)
+        wrapper = graph.wrapper(model).eval()
+        spec = model_graph(graph, model, family=family, seed=seed, metadata=essentials)
+        exported = export_one(spec, wrapper, opset=opset, tolerance=tolerance, rtol=rtol)
+        files |= exported.files
+        entries += exported.entries
+        golden_graphs.append(exported.goldens)
+        wrappers[graph.role] = (wrapper, list(spec.output_names))
+    for index, (spec, module) in enumerate(own_blocks, start=len(graphs)):
         if progress is not None:
             progress(spec.filename, index, total)
-        wrapper = spec.build(model).eval()
-        onnx_model = export_graph(
-            wrapper,
-            spec.example(model, TRACE_BATCH),
-            output_names=spec.output_names(layers),
-            dim_names=spec.dim_names(layers),
-            opset=opset,
-            metadata={**essentials, "onnxformer.role": spec.role},
-        )
-        data = onnx_model.SerializeToString()
-        try:
-            session = create_session(data, device="cpu")
-        except Exception as error:
-            raise ExportError(
-                f"{spec.filename}: ONNX Runtime cannot load the exported graph: {error}"
-            ) from error
-        recorder = GoldenRecorder()
-        parity = measure_model_parity(
-            family,
-            spec,
-            model,
-            wrapper,
-            session,
-            tolerance=tolerance,
-            rtol=rtol,
-            seed=seed,
-            record=recorder,
-        )
-        inputs, outputs = io_specs(onnx_model)
-        golden_files, golden_graph = recorder.write(spec.filename, inputs, outputs)
-        files |= golden_files
-        golden_graphs.append(golden_graph)
-        if family == "bert" and spec.role == "encoder":
-            embed = sentence_embedder(wrapper, spec.output_names(layers))
-        files[spec.filename] = data
-        entries.append(
-            FileEntry(
-                spec.filename,
-                sha256_bytes(data),
-                len(data),
-                spec.role,
-                {"family": family},
-                inputs,
-                outputs,
-                parity,
-            )
-        )
-        entries += golden_entries(golden_files)
-    dims = BlockDims(config.d_model, config.n_heads, config.d_ff, config.max_len)
-    for index, (spec, module) in enumerate(block_specs, start=len(graph_specs)):
-        if progress is not None:
-            progress(spec.filename, index, total)
-        block_files, (entry, *block_goldens), golden_graph = export_block_with_goldens(
-            spec,
-            dims=dims,
-            module=module.eval(),
-            opset=opset,
-            tolerance=block_tolerance,
-            seed=seed,
-            metadata=essentials,
-        )
-        files |= block_files
+        graph = block_graph(spec, dims=_dims(config), opset=opset, seed=seed, metadata=essentials)
+        exported = export_one(graph, module, opset=opset, tolerance=block_tolerance)
+        files |= exported.files
+        entry, *block_goldens = exported.entries
         entries += [dataclasses.replace(entry, kind="block"), *block_goldens]
-        golden_graphs.append(golden_graph)
+        golden_graphs.append(exported.goldens)
     tokenizer_bytes = loaded.tokenizer.to_str(pretty=True).encode()
     files[TOKENIZER_FILE] = tokenizer_bytes
     entries.append(
@@ -234,9 +132,13 @@ def export_checkpoint(
             TOKENIZER_FILE, sha256_bytes(tokenizer_bytes), len(tokenizer_bytes), "tokenizer", {}, (), ()
         )
     )
-    generation = _generation(family, config, special)
     special_ids = {name: getattr(special, name) for name in SPECIAL_TOKENS}
-    end_to_end_bytes = end_to_end(family, model, loaded.tokenizer, special_ids, generation, embed)
+    generation = family_recipe.generation(config, special_ids)
+
+    def family_goldens(ids):
+        return family_recipe.end_to_end(EndToEnd(model, ids, special_ids, generation, wrappers))
+
+    end_to_end_bytes = end_to_end(family, loaded.tokenizer, family_goldens)
     files[END_TO_END_FILE] = end_to_end_bytes
     entries += golden_entries({END_TO_END_FILE: end_to_end_bytes})
     manifest = Manifest(
@@ -248,9 +150,12 @@ def export_checkpoint(
         config=dataclasses.asdict(config),
         tokenizer=TOKENIZER_FILE,
         special_tokens=special_ids,
-        graphs={spec.role: spec.filename for spec in graph_specs},
-        kv_cache=_kv_cache(family, config),
+        task=family_recipe.task,
+        graphs={graph.role: graph.filename for graph in graphs},
+        io={graph.role: graph.io for graph in graphs},
+        kv_cache=family_recipe.kv_cache(config),
         generation=generation,
+        framing=family_recipe.framing,
         extra={"checkpoint_step": loaded.step, "metrics": loaded.metrics},
         goldens=Goldens(tuple(golden_graphs), END_TO_END_FILE),
     )
@@ -269,36 +174,26 @@ def reverify_export(folder: str | os.PathLike, checkpoint: str | os.PathLike) ->
     model = loaded.model.eval()
     if dataclasses.asdict(model.config) != manifest.config:
         raise ExportError(f"{checkpoint} does not hold the model exported to {folder}: the configs differ")
-    results: dict[str, Parity] = {}
-    for spec in GRAPHS[manifest.family]():
-        if spec.filename not in {entry.path for entry in manifest.files}:
-            continue
-        entry = manifest.file(spec.filename)
-        parity = entry.parity
-        session = create_session(export.read(spec.filename), device="cpu")
-        results[spec.filename] = measure_model_parity(
-            manifest.family,
-            spec,
-            model,
-            spec.build(model).eval(),
-            session,
-            tolerance=parity.tolerance if parity else MODEL_TOLERANCE,
-            rtol=parity.rtol if parity else MODEL_RTOL,
-        )
-    config = model.config
-    dims = BlockDims(config.d_model, config.n_heads, config.d_ff, config.max_len)
+    family_recipe = recipe(str(manifest.family))
     listed = {entry.path for entry in manifest.files}
-    for spec, module in _block_specs(manifest.family, model):
+    proofs: list[tuple[GraphSpec, nn.Module]] = [
+        (model_graph(graph, model, family=str(manifest.family), seed=0, metadata={}), graph.wrapper(model))
+        for graph in family_recipe.graphs
+    ]
+    proofs += [
+        (block_graph(spec, dims=_dims(model.config)), module)
+        for spec, module in model_blocks(family_recipe, model)
+    ]
+    results: dict[str, Parity] = {}
+    for spec, module in proofs:
         if spec.filename not in listed:
             continue
         recorded = manifest.file(spec.filename).parity
-        session = create_session(export.read(spec.filename), device="cpu")
-        results[spec.filename] = measure_parity(
+        results[spec.filename] = reprove(
             spec,
-            module.eval(),
-            session,
-            parity_cases(spec),
-            dims=dims,
+            module,
+            export.read(spec.filename),
             tolerance=recorded.tolerance if recorded else MODEL_TOLERANCE,
+            rtol=recorded.rtol if recorded else MODEL_RTOL,
         )
     return results

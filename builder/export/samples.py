@@ -1,20 +1,41 @@
-"""Example inputs for tracing and for parity checks, built from a spec's named axes.
+"""Example inputs for tracing and for parity checks: block shapes from a spec's named axes, and the padded
+attention masks every parity case uses (blocks and whole models).
 
-Tracing uses sizes >= 2 on every dynamic axis (a size of 0 or 1 gets specialised into the graph). Parity
-runs at other sizes: lengths 1, 3, 17, 64 and a long 300, batch 1 and 4, past 0 and 5 for cached graphs,
-with padding in every batched mask (left padding on odd rows, right padding on even rows).
+Tracing uses sizes >= 2 on every dynamic axis (a size of 0 or 1 gets specialised into the graph). Block
+parity runs at other sizes: lengths 1, 3, 17, 64 and a long 300, batch 1 and 4, past 0 and 5 for cached
+graphs, with padding in every batched mask (left padding on odd rows, right padding on even rows).
 """
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
 from onnxformer.builder.export.catalog import BlockDims, BlockSpec, InputSpec
+from onnxformer.builder.export.parity import Inputs
 from onnxformer.runtime.errors import ExportError
 
 PARITY_LENGTHS = (1, 3, 17, 64, 300)
 PARITY_BATCHES = (1, 4)
 PARITY_PASTS = (0, 5)
+PaddingSide = Literal["left", "right", "alternate"]
+
+
+def padded_mask(batch: int, length: int, *, side: PaddingSide, step: int) -> torch.Tensor:
+    """(B, L) int64 mask: row r has r * step padding positions (at most L - 1), on the left, the right, or
+    alternately (odd rows left, even rows right); row 0 has none."""
+    mask = torch.ones(batch, length, dtype=torch.int64)  # (B, L)
+    for row in range(1, batch):
+        padding = min(length - 1, row * step)
+        if not padding:
+            continue
+        left = side == "left" or (side == "alternate" and row % 2 == 1)
+        if left:
+            mask[row, :padding] = 0
+        else:
+            mask[row, length - padding :] = 0
+    return mask
 
 
 @dataclass(frozen=True)
@@ -52,18 +73,6 @@ def parity_cases(spec: BlockSpec) -> list[Case]:
     return cases
 
 
-def _mask(batch: int, length: int) -> torch.Tensor:
-    mask = torch.ones(batch, length, dtype=torch.int64)  # (B, L)
-    for row in range(1, batch):
-        padding = min(length - 1, row * max(1, length // 4))
-        if padding:
-            if row % 2:
-                mask[row, :padding] = 0  # left padding
-            else:
-                mask[row, length - padding :] = 0  # right padding
-    return mask
-
-
 def make_inputs(
     spec: BlockSpec, dims: BlockDims, case: Case, *, generator: torch.Generator
 ) -> dict[str, torch.Tensor]:
@@ -80,7 +89,8 @@ def make_inputs(
     for item in spec.inputs:
         size = shape(item)
         if item.kind == "mask":
-            tensors[item.name] = _mask(*size)
+            batch, length = size
+            tensors[item.name] = padded_mask(batch, length, side="alternate", step=max(1, length // 4))
         elif item.kind == "positions":
             positions = torch.arange(case.past, case.past + size[1])  # (T,)
             tensors[item.name] = positions[None, :].expand(size[0], -1).contiguous()  # (B, T)
@@ -89,10 +99,17 @@ def make_inputs(
     return tensors
 
 
-def dynamic_axes(spec: BlockSpec) -> dict[str, dict[int, str]]:
-    """Input name -> {axis: name} for every named axis that is not fixed by the configuration."""
+def block_cases(spec: BlockSpec, dims: BlockDims, *, seed: int) -> Iterator[tuple[str, Inputs]]:
+    """(label, inputs) for every parity case of a block, the inputs drawn from one seeded generator."""
+    generator = torch.Generator().manual_seed(seed)
+    for case in parity_cases(spec):
+        yield case.label(), make_inputs(spec, dims, case, generator=generator)
+
+
+def dim_names(spec: BlockSpec) -> dict[str, tuple[str | None, ...]]:
+    """Input name -> axis names, None for an axis fixed by the configuration (d_model, heads, head width)."""
     fixed = BlockDims().fixed_sizes()
     return {
-        item.name: {i: d for i, d in enumerate(item.dims) if isinstance(d, str) and d not in fixed}
+        item.name: tuple(d if isinstance(d, str) and d not in fixed else None for d in item.dims)
         for item in spec.inputs
     }

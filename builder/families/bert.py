@@ -1,7 +1,7 @@
 """BERT: a bidirectional encoder (Devlin et al., 2019).
 
 input_ids (+ segment ids) -> token + position + segment embeddings, LayerNorm
-          -> N encoder blocks (post-LN, as in the original) -> hidden states
+          -> encoder stack: N blocks (post-LN, as in the original) -> hidden states
 hidden -> masked-LM head (dense, GELU, LayerNorm, tied decoder) -> mlm_logits
 hidden[:, 0] ([CLS]) -> pooler (dense, tanh) -> classifier -> class_logits
 hidden -> mean over real tokens -> sentence_embedding
@@ -14,18 +14,19 @@ import torch
 from torch import nn
 
 from onnxformer.builder.families.config import from_preset, validate_common
-from onnxformer.builder.layers import EncoderBlock, RelativePositionBias
-from onnxformer.builder.layers.checks import check_tensor
-from onnxformer.builder.layers.embedding import Embeddings, PositionKind, positions_from_mask
+from onnxformer.builder.layers.embedding import Embeddings, PositionKind
 from onnxformer.builder.layers.feedforward import Activation
 from onnxformer.builder.layers.init import init_transformer_weights
 from onnxformer.builder.layers.residual import NormPosition
+from onnxformer.builder.layers.stacks import EncoderStack, rename_legacy_keys
 from onnxformer.runtime.errors import ConfigError
 
 BERT_PRESETS: dict[str, dict[str, Any]] = {
     "tiny": {"d_model": 128, "n_layers": 2, "n_heads": 4, "d_ff": 256, "max_len": 64},
     "small": {"d_model": 384, "n_layers": 6, "n_heads": 12, "d_ff": 1536, "max_len": 512},
 }
+# Checkpoint keys from before the encoder stack ("blocks.0..." at the model's top level).
+LEGACY_KEYS = {"blocks.": "encoder.blocks.", "relative.": "encoder.relative.", "final_norm.": "encoder.norm."}
 
 
 @dataclass(frozen=True)
@@ -81,24 +82,16 @@ class BERT(nn.Module):
             norm=True,
             dropout=config.dropout,
         )
-        self.relative = (
-            RelativePositionBias(config.n_heads, bidirectional=True)
-            if config.position == "relative"
-            else None
+        self.encoder = EncoderStack(
+            config.n_layers,
+            config.d_model,
+            config.n_heads,
+            config.d_ff,
+            position=config.position,
+            norm_position=config.norm_position,
+            activation=config.activation,
+            dropout=config.dropout,
         )
-        self.blocks = nn.ModuleList(
-            EncoderBlock(
-                config.d_model,
-                config.n_heads,
-                config.d_ff,
-                norm_position=config.norm_position,
-                activation=config.activation,
-                dropout=config.dropout,
-                rotary=config.position == "rotary",
-            )
-            for _ in range(config.n_layers)
-        )
-        self.final_norm = nn.LayerNorm(config.d_model) if config.norm_position == "pre" else nn.Identity()
         self.mlm_transform = nn.Sequential(
             nn.Linear(config.d_model, config.d_model), nn.GELU(), nn.LayerNorm(config.d_model)
         )
@@ -109,6 +102,7 @@ class BERT(nn.Module):
             nn.Dropout(config.dropout), nn.Linear(config.d_model, config.num_labels)
         )
         init_transformer_weights(self, n_layers=config.n_layers)
+        self.register_load_state_dict_pre_hook(rename_legacy_keys(LEGACY_KEYS))
 
     def forward(
         self,
@@ -118,29 +112,11 @@ class BERT(nn.Module):
         token_type_ids: torch.Tensor | None = None,  # (B, T) segment ids
         need_weights: bool = False,
     ) -> BERTOutput:
-        check_tensor(input_ids, "input_ids", dims=("B", "T"))
-        batch, length = input_ids.shape
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        check_tensor(attention_mask, "attention_mask", dims=("B", "T"), sizes={0: batch, 1: length})
-        positions = positions_from_mask(attention_mask, length)  # (B, T)
-        hidden = self.embeddings(input_ids, positions, token_type_ids)  # (B, T, D)
-        bias = None if self.relative is None else self.relative(length, length, device=hidden.device)
-        attentions = []
-        for block in self.blocks:
-            out = block(
-                hidden,
-                attention_mask=attention_mask,
-                position_bias=bias,
-                positions=positions,
-                need_weights=need_weights,
-            )
-            hidden = out.hidden  # (B, T, D)
-            if need_weights:
-                attentions.append(out.weights)
-        hidden = self.final_norm(hidden)  # (B, T, D)
+        inputs = self.encoder.prepare(input_ids, attention_mask)
+        hidden = self.embeddings(input_ids, inputs.positions, token_type_ids)  # (B, T, D)
+        out = self.encoder(hidden, inputs, need_weights=need_weights)
+        hidden = out.hidden  # (B, T, D)
         mlm_logits = self.mlm_decoder(self.mlm_transform(hidden))  # (B, T, V)
         class_logits = self.classifier(self.pooler(hidden[:, 0]))  # (B, num_labels)
-        return BERTOutput(
-            hidden, mean_pool(hidden, attention_mask), mlm_logits, class_logits, tuple(attentions)
-        )
+        embedding = mean_pool(hidden, inputs.attention_mask)  # (B, D)
+        return BERTOutput(hidden, embedding, mlm_logits, class_logits, out.attentions)

@@ -1,7 +1,7 @@
 """GPT: a decoder-only Transformer that predicts the next token (Radford et al., 2018/2019).
 
-    input_ids -> token + position embeddings -> N causal decoder blocks (no cross-attention)
-              -> final LayerNorm (pre-LN) -> LM head (tied to the token embedding) -> logits
+    input_ids -> token + position embeddings -> decoder stack: N causal blocks (no cross-attention)
+              + final LayerNorm (pre-LN) -> LM head (tied to the token embedding) -> logits
 
 Pre-LN by default, as in GPT-2. The KV cache goes in as `past_key_values` and comes out as `present`, one
 (key, value) pair per layer, each (B, H, P + T, Dh); nothing is kept on the module.
@@ -14,20 +14,18 @@ import torch
 from torch import nn
 
 from onnxformer.builder.families.config import from_preset, validate_common
-from onnxformer.builder.layers import DecoderBlock, RelativePositionBias
-from onnxformer.builder.layers.checks import check_tensor
-from onnxformer.builder.layers.embedding import Embeddings, PositionKind, positions_from_mask
+from onnxformer.builder.layers.embedding import Embeddings, PositionKind
 from onnxformer.builder.layers.feedforward import Activation
 from onnxformer.builder.layers.init import init_transformer_weights
 from onnxformer.builder.layers.residual import NormPosition
-from onnxformer.runtime.errors import InputError
-
-KeyValue = tuple[torch.Tensor, torch.Tensor]  # (B, H, P, Dh) each
+from onnxformer.builder.layers.stacks import DecoderStack, KeyValue, rename_legacy_keys
 
 GPT_PRESETS: dict[str, dict[str, Any]] = {
     "tiny": {"d_model": 128, "n_layers": 2, "n_heads": 4, "d_ff": 256, "max_len": 64},
     "small": {"d_model": 384, "n_layers": 6, "n_heads": 12, "d_ff": 1536, "max_len": 1024},
 }
+# Checkpoint keys from before the decoder stack (onnxformer <= 0.x wrote "blocks.0..." at the top level).
+LEGACY_KEYS = {"blocks.": "decoder.blocks.", "relative.": "decoder.relative.", "final_norm.": "decoder.norm."}
 
 
 @dataclass(frozen=True)
@@ -70,30 +68,22 @@ class GPT(nn.Module):
             max_len=config.max_len,
             dropout=config.dropout,
         )
-        self.relative = (
-            RelativePositionBias(config.n_heads, bidirectional=False)
-            if config.position == "relative"
-            else None
+        self.decoder = DecoderStack(
+            config.n_layers,
+            config.d_model,
+            config.n_heads,
+            config.d_ff,
+            cross_attention=False,
+            position=config.position,
+            norm_position=config.norm_position,
+            activation=config.activation,
+            dropout=config.dropout,
         )
-        self.blocks = nn.ModuleList(
-            DecoderBlock(
-                config.d_model,
-                config.n_heads,
-                config.d_ff,
-                cross_attention=False,
-                norm_position=config.norm_position,
-                activation=config.activation,
-                dropout=config.dropout,
-                rotary=config.position == "rotary",
-            )
-            for _ in range(config.n_layers)
-        )
-        # Post-LN blocks end normalised already; pre-LN needs one last norm on the residual stream.
-        self.final_norm = nn.LayerNorm(config.d_model) if config.norm_position == "pre" else nn.Identity()
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.lm_head.weight = self.embeddings.token.weight
         init_transformer_weights(self, n_layers=config.n_layers)
+        self.register_load_state_dict_pre_hook(rename_legacy_keys(LEGACY_KEYS))
 
     def forward(
         self,
@@ -103,34 +93,7 @@ class GPT(nn.Module):
         past_key_values: tuple[KeyValue, ...] | None = None,  # per layer, (B, H, P, Dh) each
         need_weights: bool = False,
     ) -> GPTOutput:
-        check_tensor(input_ids, "input_ids", dims=("B", "T"))
-        batch, length = input_ids.shape
-        past = 0 if past_key_values is None else past_key_values[0][0].shape[2]
-        if past_key_values is not None and len(past_key_values) != len(self.blocks):
-            raise InputError(
-                f"past_key_values has {len(past_key_values)} layers, the model {len(self.blocks)}"
-            )
-        if attention_mask is None:
-            attention_mask = torch.ones(batch, past + length, dtype=torch.long, device=input_ids.device)
-        check_tensor(attention_mask, "attention_mask", dims=("B", "S"), sizes={0: batch, 1: past + length})
-        positions = positions_from_mask(attention_mask, length)  # (B, T)
-        hidden = self.embeddings(input_ids, positions)  # (B, T, D)
-        bias = None if self.relative is None else self.relative(length, past + length, device=hidden.device)
-        present, attentions = [], []
-        for index, block in enumerate(self.blocks):
-            past_key, past_value = (None, None) if past_key_values is None else past_key_values[index]
-            out = block(
-                hidden,
-                attention_mask=attention_mask,
-                past_key=past_key,
-                past_value=past_value,
-                position_bias=bias,
-                positions=positions,
-                need_weights=need_weights,
-            )
-            hidden = out.hidden  # (B, T, D)
-            present.append((out.present_key, out.present_value))
-            if need_weights:
-                attentions.append(out.self_weights)
-        hidden = self.final_norm(hidden)  # (B, T, D)
-        return GPTOutput(self.lm_head(hidden), tuple(present), hidden, tuple(attentions))
+        inputs = self.decoder.prepare(input_ids, attention_mask, past_key_values)
+        hidden = self.embeddings(input_ids, inputs.positions)  # (B, T, D)
+        out = self.decoder(hidden, inputs, need_weights=need_weights)
+        return GPTOutput(self.lm_head(out.hidden), out.present, out.hidden, out.self_attentions)

@@ -1,8 +1,9 @@
 """T5: an encoder-decoder Transformer for text-to-text tasks (Raffel et al., 2020).
 
-    input_ids -> shared embedding -> N encoder blocks (pre-LN, bidirectional relative bias) -> norm -> memory
-    decoder_input_ids -> shared embedding -> N decoder blocks (pre-LN, causal relative bias,
-              cross-attention to memory) -> norm -> LM head (tied to the embedding) -> logits
+    input_ids -> shared embedding -> encoder stack: N blocks (pre-LN, bidirectional relative bias) + norm
+              -> memory
+    decoder_input_ids -> shared embedding -> decoder stack: N blocks (pre-LN, causal relative bias,
+              cross-attention to memory) + norm -> LM head (tied to the embedding) -> logits
 
 `encode` and `decode` are separate methods: the export makes one graph of each. The cross-attention keys and
 values depend only on the encoder output, so `cross_key_values` computes them once per input and `decode`
@@ -16,19 +17,21 @@ import torch
 from torch import nn
 
 from onnxformer.builder.families.config import from_preset, validate_common
-from onnxformer.builder.layers import DecoderBlock, EncoderBlock, RelativePositionBias
-from onnxformer.builder.layers.checks import check_tensor
-from onnxformer.builder.layers.embedding import Embeddings, PositionKind, positions_from_mask
+from onnxformer.builder.layers.embedding import Embeddings, PositionKind
 from onnxformer.builder.layers.feedforward import Activation
 from onnxformer.builder.layers.init import init_transformer_weights
 from onnxformer.builder.layers.residual import NormPosition
-from onnxformer.runtime.errors import InputError
-
-KeyValue = tuple[torch.Tensor, torch.Tensor]  # (B, H, L, Dh) each
+from onnxformer.builder.layers.stacks import DecoderStack, EncoderStack, KeyValue, rename_legacy_keys
 
 T5_PRESETS: dict[str, dict[str, Any]] = {
     "tiny": {"d_model": 128, "n_layers": 2, "n_heads": 4, "d_ff": 256, "max_len": 64},
     "small": {"d_model": 384, "n_layers": 6, "n_heads": 12, "d_ff": 1536, "max_len": 512},
+}
+# Checkpoint keys from before the stacks ("encoder_blocks.0...", "decoder_norm..." at the top level).
+LEGACY_KEYS = {
+    f"{stack}_{old}": f"{stack}.{new}"
+    for stack in ("encoder", "decoder")
+    for old, new in (("blocks.", "blocks."), ("relative.", "relative."), ("norm.", "norm."))
 }
 
 
@@ -81,35 +84,22 @@ class T5(nn.Module):
             max_len=config.max_len,
             dropout=config.dropout,
         )
-        relative = config.position == "relative"
-        buckets = {"num_buckets": config.num_buckets, "max_distance": config.max_distance}
-        self.encoder_relative = (
-            RelativePositionBias(config.n_heads, bidirectional=True, **buckets) if relative else None
-        )
-        self.decoder_relative = (
-            RelativePositionBias(config.n_heads, bidirectional=False, **buckets) if relative else None
-        )
-        block_options = {
+        stack_options = {
+            "position": config.position,
             "norm_position": config.norm_position,
             "activation": config.activation,
             "dropout": config.dropout,
-            "rotary": config.position == "rotary",
+            "num_buckets": config.num_buckets,
+            "max_distance": config.max_distance,
         }
-        self.encoder_blocks = nn.ModuleList(
-            EncoderBlock(config.d_model, config.n_heads, config.d_ff, **block_options)
-            for _ in range(config.n_layers)
-        )
-        self.decoder_blocks = nn.ModuleList(
-            DecoderBlock(config.d_model, config.n_heads, config.d_ff, cross_attention=True, **block_options)
-            for _ in range(config.n_layers)
-        )
-        pre = config.norm_position == "pre"
-        self.encoder_norm = nn.LayerNorm(config.d_model) if pre else nn.Identity()
-        self.decoder_norm = nn.LayerNorm(config.d_model) if pre else nn.Identity()
+        sizes = (config.n_layers, config.d_model, config.n_heads, config.d_ff)
+        self.encoder = EncoderStack(*sizes, **stack_options)
+        self.decoder = DecoderStack(*sizes, cross_attention=True, **stack_options)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.lm_head.weight = self.embeddings.token.weight
         init_transformer_weights(self, n_layers=config.n_layers)
+        self.register_load_state_dict_pre_hook(rename_legacy_keys(LEGACY_KEYS))
 
     def encode(
         self,
@@ -118,35 +108,14 @@ class T5(nn.Module):
         attention_mask: torch.Tensor | None = None,  # (B, S)
         need_weights: bool = False,
     ) -> T5EncoderOutput:
-        check_tensor(input_ids, "input_ids", dims=("B", "S"))
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        check_tensor(
-            attention_mask, "attention_mask", dims=("B", "S"), sizes=dict(enumerate(input_ids.shape))
-        )
-        length = input_ids.shape[1]
-        positions = positions_from_mask(attention_mask, length)  # (B, S)
-        hidden = self.embeddings(input_ids, positions)  # (B, S, D)
-        bias = None
-        if self.encoder_relative is not None:
-            bias = self.encoder_relative(length, length, device=hidden.device)  # (1, H, S, S)
-        attentions = []
-        for block in self.encoder_blocks:
-            out = block(
-                hidden,
-                attention_mask=attention_mask,
-                position_bias=bias,
-                positions=positions,
-                need_weights=need_weights,
-            )
-            hidden = out.hidden  # (B, S, D)
-            if need_weights:
-                attentions.append(out.weights)
-        return T5EncoderOutput(self.encoder_norm(hidden), tuple(attentions))
+        inputs = self.encoder.prepare(input_ids, attention_mask)
+        hidden = self.embeddings(input_ids, inputs.positions)  # (B, S, D)
+        out = self.encoder(hidden, inputs, need_weights=need_weights)
+        return T5EncoderOutput(out.hidden, out.attentions)
 
     def cross_key_values(self, encoder_hidden: torch.Tensor) -> tuple[KeyValue, ...]:
         """encoder_hidden (B, S, D) -> per decoder layer, the cross-attention (key, value), (B, H, S, Dh)."""
-        return tuple(block.cross_attn.project_memory(encoder_hidden) for block in self.decoder_blocks)
+        return self.decoder.cross_key_values(encoder_hidden)
 
     def decode(
         self,
@@ -158,53 +127,19 @@ class T5(nn.Module):
         past_key_values: tuple[KeyValue, ...] | None = None,  # per layer, (B, H, P, Dh) each
         need_weights: bool = False,
     ) -> T5DecoderOutput:
-        check_tensor(decoder_input_ids, "decoder_input_ids", dims=("B", "T"))
-        batch, length = decoder_input_ids.shape
-        if len(cross_key_values) != len(self.decoder_blocks):
-            raise InputError(
-                f"cross_key_values has {len(cross_key_values)} layers, the decoder {len(self.decoder_blocks)}"
-            )
-        if past_key_values is not None and len(past_key_values) != len(self.decoder_blocks):
-            raise InputError(
-                f"past_key_values has {len(past_key_values)} layers, the decoder {len(self.decoder_blocks)}"
-            )
-        past = 0 if past_key_values is None else past_key_values[0][0].shape[2]
-        if attention_mask is None:
-            attention_mask = torch.ones(
-                batch, past + length, dtype=torch.long, device=decoder_input_ids.device
-            )
-        check_tensor(attention_mask, "attention_mask", dims=("B", "S"), sizes={0: batch, 1: past + length})
-        positions = positions_from_mask(attention_mask, length)  # (B, T)
-        hidden = self.embeddings(decoder_input_ids, positions)  # (B, T, D)
-        bias = None
-        if self.decoder_relative is not None:
-            bias = self.decoder_relative(length, past + length, device=hidden.device)  # (1, H, T, P + T)
-        present, self_attentions, cross_attentions = [], [], []
-        for index, block in enumerate(self.decoder_blocks):
-            past_key, past_value = (None, None) if past_key_values is None else past_key_values[index]
-            memory_key, memory_value = cross_key_values[index]
-            out = block(
-                hidden,
-                attention_mask=attention_mask,
-                memory_key=memory_key,
-                memory_value=memory_value,
-                memory_mask=encoder_attention_mask,
-                past_key=past_key,
-                past_value=past_value,
-                position_bias=bias,
-                positions=positions,
-                need_weights=need_weights,
-            )
-            hidden = out.hidden  # (B, T, D)
-            present.append((out.present_key, out.present_value))
-            if need_weights:
-                self_attentions.append(out.self_weights)
-                cross_attentions.append(out.cross_weights)
-        hidden = self.decoder_norm(hidden)  # (B, T, D)
-        logits = self.lm_head(hidden)  # (B, T, V)
-        return T5DecoderOutput(
-            logits, tuple(present), hidden, tuple(self_attentions), tuple(cross_attentions)
+        inputs = self.decoder.prepare(
+            decoder_input_ids, attention_mask, past_key_values, name="decoder_input_ids"
         )
+        hidden = self.embeddings(decoder_input_ids, inputs.positions)  # (B, T, D)
+        out = self.decoder(
+            hidden,
+            inputs,
+            cross_key_values=cross_key_values,
+            memory_mask=encoder_attention_mask,
+            need_weights=need_weights,
+        )
+        logits = self.lm_head(out.hidden)  # (B, T, V)
+        return T5DecoderOutput(logits, out.present, out.hidden, out.self_attentions, out.cross_attentions)
 
     def forward(
         self,

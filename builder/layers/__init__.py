@@ -23,6 +23,7 @@ from onnxformer.builder.layers.positions import (
     default_positions,
 )
 from onnxformer.builder.layers.residual import NORM_POSITIONS, NormPosition, ResidualNorm
+from onnxformer.builder.layers.stacks import DecoderStack, EncoderStack, StackInputs
 
 __all__ = [
     "ACTIVATIONS",
@@ -31,8 +32,10 @@ __all__ = [
     "AttentionOutput",
     "DecoderBlock",
     "DecoderBlockOutput",
+    "DecoderStack",
     "EncoderBlock",
     "EncoderBlockOutput",
+    "EncoderStack",
     "FeedForward",
     "LearnedPositionalEmbedding",
     "MultiHeadAttention",
@@ -42,6 +45,7 @@ __all__ = [
     "RotaryEmbedding",
     "ScaledDotProductAttention",
     "SinusoidalPositionalEncoding",
+    "StackInputs",
     "causal_mask",
     "default_positions",
     "padding_mask",

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
-from onnxformer.builder.data import classification_examples, split_held_out
+from onnxformer.builder.data import classification_examples, read_corpus_file, split_held_out
 from onnxformer.builder.families import BERT
 from onnxformer.builder.tokenizer import encode, special_tokens
 from onnxformer.builder.training.batching import IGNORE, draw, pad
@@ -53,6 +53,11 @@ class BERTTask:
         rng.shuffle(examples)
         train, held = split_held_out(examples, seed=seed)
         return cls(train, held)
+
+    @classmethod
+    def from_file(cls, path: str, seed: int) -> "BERTTask":
+        """The user's file: one text per line."""
+        return cls.from_texts(read_corpus_file(path), seed)
 
     def tokenizer_texts(self) -> list[str]:
         return [text for text, label in self.train_examples if label == 1]

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
-from onnxformer.builder.data import generate_sentences, is_grammatical, split_held_out
+from onnxformer.builder.data import generate_sentences, is_grammatical, read_corpus_file, split_held_out
 from onnxformer.builder.families import GPT
 from onnxformer.builder.generation import generate
 from onnxformer.builder.tokenizer import decode, encode, special_tokens
@@ -38,6 +38,11 @@ class GPTTask:
     def from_texts(cls, texts: list[str], seed: int) -> "GPTTask":
         train, held = split_held_out(texts, seed=seed)
         return cls(train, held, builtin=False)
+
+    @classmethod
+    def from_file(cls, path: str, seed: int) -> "GPTTask":
+        """The user's file: one text per line."""
+        return cls.from_texts(read_corpus_file(path), seed)
 
     def tokenizer_texts(self) -> list[str]:
         return self.train_texts

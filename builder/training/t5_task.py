@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
-from onnxformer.builder.data import passive_pairs, split_held_out
+from onnxformer.builder.data import passive_pairs, read_pairs_file, split_held_out
 from onnxformer.builder.families import T5
 from onnxformer.builder.generation import generate_seq2seq
 from onnxformer.builder.tokenizer import decode, encode, special_tokens
@@ -34,6 +34,11 @@ class T5Task:
     def from_pairs(cls, pairs: list[tuple[str, str]], seed: int) -> "T5Task":
         train, held = split_held_out(pairs, seed=seed)
         return cls(train, held)
+
+    @classmethod
+    def from_file(cls, path: str, seed: int) -> "T5Task":
+        """The user's file: source<TAB>target per line."""
+        return cls.from_pairs(read_pairs_file(path), seed)
 
     def tokenizer_texts(self) -> list[str]:
         return [text for pair in self.train_pairs for text in pair]

@@ -18,11 +18,8 @@ from typing import Any
 
 import torch
 
-from onnxformer.builder.data import read_corpus_file, read_pairs_file
-from onnxformer.builder.export.blocks import tool_versions
 from onnxformer.builder.families import FAMILIES
 from onnxformer.builder.tokenizer import train_tokenizer
-from onnxformer.builder.training.bert_task import BERTTask
 from onnxformer.builder.training.checkpoint import (
     CHECKPOINT_NAME,
     Checkpoint,
@@ -30,16 +27,13 @@ from onnxformer.builder.training.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from onnxformer.builder.training.gpt_task import GPTTask
+from onnxformer.builder.training.defaults import TRAINING
+from onnxformer.builder.training.optimizer import make_optimizer
 from onnxformer.builder.training.plot import loss_curve_png
-from onnxformer.builder.training.t5_task import T5Task
+from onnxformer.builder.versions import tool_versions
 from onnxformer.runtime.errors import ConfigError
 
 logger = logging.getLogger(__name__)
-
-# Defaults chosen so each tiny model meets its quality target in a few minutes on 2 CPU cores.
-DEFAULT_STEPS = {"gpt": 800, "bert": 1200, "t5": 1200}
-DEFAULT_LEARNING_RATE = {"gpt": 2e-3, "bert": 1e-3, "t5": 2e-3}
 
 
 @dataclass(frozen=True)
@@ -63,13 +57,14 @@ class TrainOptions:
 
     def resolved(self) -> "TrainOptions":
         """Defaults filled in and every value checked."""
-        if self.family not in FAMILIES:
-            raise ConfigError(f"unknown family {self.family!r}; choose from {sorted(FAMILIES)}")
-        steps = self.steps if self.steps is not None else DEFAULT_STEPS[self.family]
+        if self.family not in TRAINING:
+            raise ConfigError(f"unknown family {self.family!r}; choose from {sorted(TRAINING)}")
+        defaults = TRAINING[self.family]
+        steps = self.steps if self.steps is not None else defaults.steps
         options = replace(
             self,
             steps=steps,
-            learning_rate=self.learning_rate or DEFAULT_LEARNING_RATE[self.family],
+            learning_rate=self.learning_rate or defaults.learning_rate,
             warmup_steps=self.warmup_steps if self.warmup_steps is not None else max(1, steps // 20),
             eval_every=self.eval_every or max(1, steps // 10),
             save_every=self.save_every or max(1, steps // 5),
@@ -100,12 +95,10 @@ Progress = Callable[[int, int, float, float], None]  # (step, total, loss, token
 
 
 def _task(options: TrainOptions):
+    task = TRAINING[options.family].task
     if options.corpus is None:
-        return {"gpt": GPTTask, "bert": BERTTask, "t5": T5Task}[options.family].builtin_corpus(options.seed)
-    if options.family == "t5":
-        return T5Task.from_pairs(read_pairs_file(options.corpus), options.seed)
-    texts = read_corpus_file(options.corpus)
-    return (GPTTask if options.family == "gpt" else BERTTask).from_texts(texts, options.seed)
+        return task.builtin_corpus(options.seed)
+    return task.from_file(options.corpus, options.seed)
 
 
 def _corpus_digest(options: TrainOptions) -> str | None:
@@ -165,9 +158,7 @@ def train(
         history = {"step": [], "train_loss": [], "eval_step": [], "val_loss": []}
     task.prepare(tokenizer, model.config.max_len)
     model.to(options.device)
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=options.learning_rate, weight_decay=options.weight_decay, betas=(0.9, 0.98)
-    )
+    optimizer = make_optimizer(model, learning_rate=options.learning_rate, weight_decay=options.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(options))
     generator = torch.Generator().manual_seed(options.seed)
     step = 0

@@ -32,6 +32,7 @@ note saying so) and the end-to-end goldens, exact PyTorch fp32 ids and embedding
 
 import contextlib
 import dataclasses
+import inspect
 import io
 import logging
 import os
@@ -43,12 +44,12 @@ from typing import Any, Literal
 import onnx
 
 from onnxformer.builder.export.folder import write_export_folder
-from onnxformer.builder.export.fusion import fuse_attention, pack_qkv
-from onnxformer.builder.export.onnx_graph import share_input_shapes
-from onnxformer.builder.export.quality import MAIN_OUTPUTS, Agreement, compare_graphs, task_metrics
+from onnxformer.builder.export.recipes import recipe
+from onnxformer.builder.optimize.fusion import fuse_attention, pack_qkv
+from onnxformer.builder.optimize.onnx_graph import share_input_shapes
+from onnxformer.builder.optimize.quality import Agreement, compare_graphs, task_metrics
 from onnxformer.runtime.errors import ExportError, ParityError
 from onnxformer.runtime.folder import ExportFolder, sha256_bytes
-from onnxformer.runtime.loader import ROLES
 from onnxformer.runtime.manifest import FileEntry, Manifest
 from onnxformer.runtime.session import create_session
 
@@ -110,7 +111,10 @@ def _ort_fusions(model: onnx.ModelProto, *, num_heads: int, hidden_size: int) ->
     from onnxruntime.transformers.fusion_options import FusionOptions
     from onnxruntime.transformers.optimizer import optimize_model
 
-    options = FusionOptions("bert")
+    # onnxruntime.transformers' generic Transformer fusions are its default model type (which it names
+    # after BERT; it has nothing to do with our families): every graph of ours gets those.
+    model_type = inspect.signature(optimize_model).parameters["model_type"].default
+    options = FusionOptions(model_type)
     options.enable_attention = False  # done by fuse_attention, which knows our mask semantics
     options.enable_embed_layer_norm = False  # assumes positions 0..T-1; ours count real tokens
     options.enable_gelu_approximation = False  # keep exact erf GELU
@@ -122,7 +126,7 @@ def _ort_fusions(model: onnx.ModelProto, *, num_heads: int, hidden_size: int) ->
         # opt_level=0: graph-level fusions only, no provider-specific rewrites baked into the file.
         optimized = optimize_model(
             model,
-            model_type="bert",
+            model_type=model_type,
             num_heads=num_heads,
             hidden_size=hidden_size,
             optimization_options=options,
@@ -167,9 +171,9 @@ def optimize_export(
         raise ExportError(f"{folder} is a blocks export; optimize takes a model export (onnxformer export)")
     if "optimization" in manifest.extra:
         raise ExportError(f"{folder} is already optimised; optimise the original export instead")
-    family, config = str(manifest.family), manifest.config
+    config, main_outputs = manifest.config, recipe(str(manifest.family)).main_outputs
     files = {entry.path: source.read(entry.path) for entry in manifest.files}
-    graphs = [manifest.graphs[role] for role in ROLES[family]]
+    graphs = [manifest.graphs[role] for role in main_outputs]
     originals = {path: files[path] for path in graphs}
     optimized = {}
     for path in graphs:
@@ -183,17 +187,17 @@ def optimize_export(
         optimized[path] = model.SerializeToString()
         _check_interface(path, manifest.file(path), model)
     agreement = compare_graphs(source, originals, optimized)
-    for role in ROLES[family]:
+    for role, output in main_outputs.items():
         path = manifest.graphs[role]
         if quantize is None and not agreement[path].within_golden_tolerance:
             raise ParityError(
                 f"{path}: the fused graph misses the golden tolerance ({agreement[path].worst_excess}); "
                 "nothing was written"
             )
-        cosine = agreement[path].min_cosine[MAIN_OUTPUTS[(family, role)]]
+        cosine = agreement[path].min_cosine[output]
         if cosine < min_cosine:
             raise ExportError(
-                f"{path}: {quantize or 'fused'} changes {MAIN_OUTPUTS[(family, role)]} too much (cosine "
+                f"{path}: {quantize or 'fused'} changes {output} too much (cosine "
                 f"{cosine:.4f} to PyTorch < {min_cosine}); keep this model unquantized"
             )
     record: dict[str, Any] = {

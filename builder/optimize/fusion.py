@@ -31,7 +31,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from onnxformer.builder.export.onnx_graph import (
+from onnxformer.builder.optimize.onnx_graph import (
     GraphView,
     axis_of,
     perm,

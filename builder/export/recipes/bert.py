@@ -1,0 +1,200 @@
+"""BERT's export: one encoder graph (hidden states, sentence embedding, masked-LM and class logits), an
+attention-weights graph, the encoder stack's blocks, and sentence embeddings as end-to-end goldens. Texts
+are framed as [CLS] + text + [SEP]."""
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from onnxformer.builder.export import catalog
+from onnxformer.builder.export import wrappers as block_wrappers
+from onnxformer.builder.export.goldens import GOLDEN_ATOL
+from onnxformer.builder.export.recipes.base import (
+    TRACE_BATCH,
+    TRACE_LENGTH,
+    TRAIN_SEED,
+    Demo,
+    EndToEnd,
+    ModelGraph,
+    Recipe,
+    StackBlocks,
+    block_position,
+    no_cache,
+    no_generation,
+    plain_cases,
+    random_ids,
+)
+from onnxformer.builder.families import BERT
+from onnxformer.runtime.manifest import Framing, GraphIO
+
+FRAMING = {"text": Framing(prefix=("cls",), suffix=("sep",))}
+SENTENCES = ("the cat sees the dog", "a dog near the house sleeps", "", "the")
+EMBEDDING = "sentence_embedding"
+MASK_RATE = 0.15  # masked-token accuracy: the share of a sentence's tokens replaced by [MASK]
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+HEADS = ("last_hidden_state", EMBEDDING, "mlm_logits", "class_logits")  # the encoder graph's outputs
+
+
+class Encoder(nn.Module):
+    def __init__(self, model: BERT) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, token_type_ids):  # (B, T) x3
+        out = self.model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        return out.hidden, out.sentence_embedding, out.mlm_logits, out.class_logits
+
+
+class Attentions(nn.Module):
+    def __init__(self, model: BERT) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, token_type_ids):  # (B, T) x3 -> per layer (B, H, T, T)
+        out = self.model(
+            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, need_weights=True
+        )
+        return tuple(out.attentions)
+
+
+def _example(model: nn.Module) -> dict[str, Any]:
+    return {
+        "input_ids": random_ids(model, TRACE_BATCH, TRACE_LENGTH),
+        "attention_mask": torch.ones(TRACE_BATCH, TRACE_LENGTH, dtype=torch.long),
+        "token_type_ids": torch.zeros(TRACE_BATCH, TRACE_LENGTH, dtype=torch.long),
+    }
+
+
+def _cases(model: nn.Module, generator: torch.Generator):
+    return plain_cases(model, generator, side="right", segments=True)
+
+
+_AXES = dict.fromkeys(INPUTS, ("batch", "sequence"))
+GRAPHS = (
+    ModelGraph(
+        "encoder",
+        "encoder.onnx",
+        Encoder,
+        _example,
+        lambda n: _AXES,
+        lambda n: list(HEADS),
+        _cases,
+        GraphIO(INPUTS, {name: name for name in HEADS}),
+    ),
+    ModelGraph(
+        "attentions",
+        "attentions.onnx",
+        Attentions,
+        _example,
+        lambda n: _AXES,
+        lambda n: [f"attentions.{i}" for i in range(n)],
+        _cases,
+        GraphIO(INPUTS, {"self_attentions": "attentions.{i}"}),
+    ),
+)
+
+
+def blocks(model: BERT) -> list[StackBlocks]:
+    c = model.config
+    template = catalog.encoder_spec(c.norm_position, c.activation, block_position(c))
+    relative = model.encoder.relative
+    return [
+        StackBlocks("encoder", model.encoder.blocks, template, lambda b: block_wrappers.Encoder(b, relative))
+    ]
+
+
+def sentence_embedder(
+    wrapper: nn.Module, output_names: Sequence[str]
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The sentence embedding (1, D) of input ids (1, T), through the encoder graph's wrapper: the very
+    output the graph computes."""
+    index = list(output_names).index(EMBEDDING)
+
+    def embed(input_ids: torch.Tensor) -> torch.Tensor:  # (1, T) -> (1, D)
+        return wrapper(input_ids, torch.ones_like(input_ids), torch.zeros_like(input_ids))[index]
+
+    return embed
+
+
+@torch.no_grad()
+def end_to_end(context: EndToEnd) -> dict[str, Any]:
+    embed = sentence_embedder(*context.wrappers["encoder"])
+    items = []
+    for text in SENTENCES:
+        fed = FRAMING["text"].ids(context.ids(text), context.special)
+        vector = embed(torch.tensor([fed]))[0]  # (D,)
+        items.append({"text": text, "input_ids": fed, "embedding": vector.tolist()})
+    return {"embeddings": {"output": EMBEDDING, "atol": GOLDEN_ATOL, "rtol": 0.0, "items": items}}
+
+
+def task_metrics(export: Any, limit: int) -> dict[str, float]:
+    """Classification accuracy and masked-token accuracy on the built-in held-out examples."""
+    import numpy as np
+
+    from onnxformer.builder.data import classification_examples, split_held_out
+    from onnxformer.builder.training.bert_task import BUILTIN_EXAMPLES
+    from onnxformer.runtime.decoding import right_pad
+    from onnxformer.runtime.encoder import TextEncoder
+
+    _, held_out = split_held_out(classification_examples(BUILTIN_EXAMPLES, seed=TRAIN_SEED), seed=TRAIN_SEED)
+    examples = held_out[:limit]
+    encoder = TextEncoder(export)
+    texts = [text for text, _ in examples]
+    results = encoder.classify(texts, batch_size=64)
+    classification = np.mean([r.label == label for r, (_, label) in zip(results, examples, strict=True)])
+    special = export.special
+    rng = np.random.default_rng(1234)
+    rows, targets = [], []
+    for text, label in examples:
+        if label != 1:
+            continue
+        ids = export.framing.ids(encoder.tokenizer.encode(text), special)
+        inner = np.arange(1, len(ids) - 1)
+        chosen = inner[rng.random(len(inner)) < MASK_RATE] if len(inner) else inner
+        if len(chosen) == 0 and len(inner):
+            chosen = inner[:1]
+        masked = list(ids)
+        for position in chosen.tolist():
+            masked[position] = special["mask"]
+        rows.append(masked)
+        targets.append([(position, ids[position]) for position in chosen.tolist()])
+    hits = total = 0
+    session = export.sessions["encoder"]
+    for start in range(0, len(rows), 64):
+        ids, mask = right_pad(rows[start : start + 64], special["pad"])  # (B, T)
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        (logits,) = session.run(feeds, ["mlm_logits"])  # (B, T, V)
+        for row, wanted in enumerate(targets[start : start + 64]):
+            for position, token in wanted:
+                hits += int(np.argmax(logits[row, position]) == token)
+                total += 1
+    return {
+        "classification_accuracy": float(classification),
+        "masked_token_accuracy": hits / max(total, 1),
+        "examples": float(len(examples)),
+    }
+
+
+def _show(model: Any, examples: tuple[str, ...]) -> list[str]:
+    similarity = model.similarity(*examples[:2])
+    labels = [c.label for c in model.classify(list(examples))]
+    return [f"cos(mat, rug sentences) = {similarity:.3f}; labels {labels} (1 = well-formed)"]
+
+
+RECIPE = Recipe(
+    task="encode",
+    graphs=GRAPHS,
+    blocks=blocks,
+    framing=FRAMING,
+    kv_cache=no_cache,
+    generation=no_generation,
+    end_to_end=end_to_end,
+    main_outputs={"encoder": EMBEDDING},
+    task_metrics=task_metrics,
+    demo=Demo(
+        ("The cat sat on the mat.", "The cat sat on the rug.", "mat the on sat cat The."),
+        _show,
+    ),
+)
