@@ -9,7 +9,7 @@
  * the engine asked for: "native" (onnxruntime-node) or "wasm" (onnxruntime-web's WebAssembly backend).
  */
 
-export { Engine, ENGINES, loadEngine } from "./engine.js";
+export { Engine, ENGINES, loadEngine, maxThreads } from "./engine.js";
 export { SentenceEncoder } from "./encoder.js";
 export { GoldenError, InputError, ManifestError, OnnxformerError } from "./errors.js";
 export { checkRelativePath, ExportFolder } from "./folder.js";

@@ -7,6 +7,7 @@ import { after, before, test } from "node:test";
 import {
   InputError,
   loadEngine,
+  maxThreads,
   openExport,
   SentenceEncoder,
   TextGenerator,
@@ -101,6 +102,11 @@ test("bad inputs and options are refused with InputError", async () => {
   await refused(models.t5.generate(""), /non-empty string/);
   await refused(loadEngine("cuda"), /engine must be one of native, wasm/);
   await refused(loadEngine("native", { threads: 0 }), /threads must be an integer >= 1/);
+  for (const threads of [-1, 1.5, 10 ** 6, true, "2", maxThreads() + 1]) {
+    await refused(loadEngine("native", { threads }), /threads must be an integer >= 1 and at most \d+/);
+  }
+  const most = await loadEngine("native", { threads: maxThreads() });
+  assert.equal(most.threads, maxThreads());
 });
 
 test("the framing comes from the manifest and is the framing of training", () => {
