@@ -27,8 +27,8 @@ setup: $(STAMP)
 # The main job: train the three tiny models, export them (graphs and blocks), verify, then run the exports
 # with the torch-free runtime.
 run: $(STAMP)
-	$(BIN)/onnxformer export-blocks --out runs/export/blocks
-	$(BIN)/onnxformer demo --out runs
+	$(BIN)/onnxformer export-blocks --out runs/export/blocks --overwrite
+	$(BIN)/onnxformer demo --out runs --overwrite
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -63,7 +63,7 @@ bench: $(STAMP)
 exported: $(STAMP)
 	for family in gpt bert t5; do \
 	  $(BIN)/onnxformer train $$family --out runs/$$family && \
-	  $(BIN)/onnxformer export runs/$$family --out exported/$$family || exit 1; \
+	  $(BIN)/onnxformer export runs/$$family --out exported/$$family --overwrite || exit 1; \
 	done
 
 clean:
