@@ -6,7 +6,7 @@ the command line all go through it.
 """
 
 import importlib.util
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ class GenerationOptions:
     top_p: float | None = None
     seed: int | None = None
     num_beams: int = 1  # seq2seq only
+    stop: tuple[str, ...] | None = None  # generate only: end the text before the first of these
 
     def given(self) -> list[str]:
         """The names of the options set to something other than their default."""
@@ -45,6 +46,7 @@ class Task:
     output: str  # the output column / JSON field: "embedding", "generation", "output"
     options: tuple[str, ...]  # the GenerationOptions fields it takes
     run: Callable[[Any, list[str], GenerationOptions], np.ndarray | list[str]]
+    stream: Callable[[Any, str, GenerationOptions], Iterator[str]] | None = None  # pieces of one text
 
     def check(self, options: GenerationOptions) -> None:
         """Refuse options this task does not take (before any model call)."""
@@ -71,6 +73,19 @@ def _generate(model: TextGenerator, texts: list[str], options: GenerationOptions
         top_k=options.top_k,
         top_p=options.top_p,
         seed=options.seed,
+        stop=list(options.stop) if options.stop else None,
+    )
+
+
+def _stream(model: TextGenerator, text: str, options: GenerationOptions) -> Iterator[str]:
+    return model.stream(
+        text,
+        max_new_tokens=options.max_new_tokens,
+        temperature=options.temperature,
+        top_k=options.top_k,
+        top_p=options.top_p,
+        seed=options.seed,
+        stop=list(options.stop) if options.stop else None,
     )
 
 
@@ -89,7 +104,7 @@ def _seq2seq(model: TextToText, texts: list[str], options: GenerationOptions) ->
 _SAMPLING = ("max_new_tokens", "temperature", "top_k", "top_p", "seed")
 TASKS: dict[type, Task] = {
     TextEncoder: Task("embed", "embedding", (), _embed),
-    TextGenerator: Task("generate", "generation", _SAMPLING, _generate),
+    TextGenerator: Task("generate", "generation", (*_SAMPLING, "stop"), _generate, _stream),
     TextToText: Task("seq2seq", "output", (*_SAMPLING, "num_beams"), _seq2seq),
 }
 
