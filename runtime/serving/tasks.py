@@ -52,9 +52,9 @@ class Task:
         """Refuse options this task does not take (before any model call)."""
         extra = [name for name in options.given() if name not in self.options]
         if extra:
+            takes = ", ".join(self.options) or "none"
             raise InputError(
-                f"{', '.join(extra)} do(es) not apply to {self.name}; a {self.name} export takes "
-                f"{', '.join(self.options) or 'no decoding options'}"
+                f"{', '.join(extra)}: not an option of {self.name} (an export for {self.name} takes: {takes})"
             )
 
     def __call__(self, model: Model, texts: list[str], options: GenerationOptions) -> np.ndarray | list[str]:
