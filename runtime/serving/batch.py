@@ -19,15 +19,16 @@ byte for byte.
 
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-from onnxformer.runtime.errors import ConfigError, InputError, OnnxformerError
+from onnxformer.runtime.errors import ConfigError, InferenceError, InputError, OnnxformerError
 from onnxformer.runtime.loader import load
 from onnxformer.runtime.serving.jsonl import Record, check_output, output_line, read_records, write_lines
 from onnxformer.runtime.serving.tasks import GenerationOptions, Task, task_for, texts_of
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 
 LINE = "line"  # the column holding each record's input line number (for error messages)
 TEXT = "text"  # the column the command feeds the texts in
+ERROR = "error"  # with errors="column": "" or why the row's chunk failed (Ray Data drops exception types)
 
 
 class BatchPredictor:
@@ -51,6 +53,7 @@ class BatchPredictor:
         options: GenerationOptions | None = None,
         threads: int | None = None,
         device: str = "auto",
+        errors: Literal["raise", "column"] = "raise",
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InputError(f"batch_size must be an integer >= 1, got {batch_size!r}")
@@ -60,24 +63,35 @@ class BatchPredictor:
         self.task.check(self.options)
         self.column = column
         self.batch_size = batch_size
+        self.errors = errors
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self.column not in batch:
             raise InputError(f"the batch has no {self.column!r} column (it has {sorted(batch)})")
         texts = texts_of(list(batch[self.column]), what=self.column)
-        parts = [self._run(texts, start, batch) for start in range(0, len(texts), self.batch_size)]
+        parts, problems = [], []
+        for start in range(0, len(texts), self.batch_size):
+            chunk = texts[start : start + self.batch_size]
+            try:
+                parts.append(self.task(self.model, chunk, self.options))
+                problems += [""] * len(chunk)
+            except InputError as error:
+                culprit = self._culprit(chunk, start, batch, error)
+                if self.errors == "raise":
+                    raise culprit from None
+                parts.append(self._placeholder(len(chunk)))
+                problems += [str(culprit)] * len(chunk)
         if self.task.output == "embedding":
             values: np.ndarray = np.concatenate(parts, axis=0)  # (N, D)
         else:
             values = np.array([text for part in parts for text in part], dtype=object)  # (N,)
-        return {**batch, self.task.output: values}
+        extra = {ERROR: np.array(problems, dtype=object)} if self.errors == "column" else {}
+        return {**batch, self.task.output: values, **extra}
 
-    def _run(self, texts: list[str], start: int, batch: dict[str, np.ndarray]) -> Any:
-        chunk = texts[start : start + self.batch_size]
-        try:
-            return self.task(self.model, chunk, self.options)
-        except InputError as error:
-            raise self._culprit(chunk, start, batch, error) from None
+    def _placeholder(self, rows: int) -> Any:
+        if self.task.output == "embedding":
+            return np.zeros((rows, self.model.dim), dtype=np.float32)
+        return [""] * rows
 
     def _culprit(self, chunk: list[str], start: int, batch: dict[str, np.ndarray], error: InputError):
         """The first row of a failed chunk that fails alone, named by its input line when known."""
@@ -131,16 +145,23 @@ def run_batch(
     check_output(out, overwrite=overwrite)
     kwargs = {"column": TEXT, "batch_size": batch_size, "options": options, "threads": threads}
     started = time.perf_counter()
-    if ray_address is None:
-        predictor = BatchPredictor(folder, **kwargs)
-        records = read_records(source, column=column, output=predictor.task.output)
-        values = list(_local(predictor, records, progress))
-        task, mode = predictor.task, "local"
-    else:
-        task = _peek_task(folder, options)
-        records = read_records(source, column=column, output=task.output)
-        values = _on_ray(folder, records, kwargs, ray_address=ray_address, actors=actors, progress=progress)
-        mode = f"ray ({actors} actor{'s' if actors > 1 else ''})"
+    try:
+        if ray_address is None:
+            predictor = BatchPredictor(folder, **kwargs)
+            records = read_records(source, column=column, output=predictor.task.output)
+            values = list(_local(predictor, records, progress))
+            task, mode = predictor.task, "local"
+        else:
+            task = _peek_task(folder, options)
+            records = read_records(source, column=column, output=task.output)
+            values = _on_ray(
+                folder, records, kwargs, ray_address=ray_address, actors=actors, progress=progress
+            )
+            mode = f"ray ({actors} actor{'s' if actors > 1 else ''})"
+    except InputError as error:
+        if str(error).startswith("line "):  # a text the model refused: say which file too
+            raise InputError(f"{source} {error}") from None
+        raise
     seconds = time.perf_counter() - started
     lines = (output_line(r, task.output, _jsonable(v)) for r, v in zip(records, values, strict=True))
     written = write_lines(out, lines, overwrite=overwrite)
@@ -197,7 +218,7 @@ def _on_ray(
         dataset = ray.data.from_pandas(frames).map_batches(
             BatchPredictor,
             fn_constructor_args=(str(Path(folder).resolve()),),
-            fn_constructor_kwargs={**kwargs, "threads": kwargs["threads"] or 1},
+            fn_constructor_kwargs={**kwargs, "threads": kwargs["threads"] or 1, "errors": "column"},
             batch_size=kwargs["batch_size"],
             batch_format="numpy",
             compute=ray.data.ActorPoolStrategy(size=actors),
@@ -205,17 +226,26 @@ def _on_ray(
         )
         line_index = {record.line: index for index, record in enumerate(records)}
         values: list[Any] = [None] * len(records)
+        problems: dict[int, str] = {}
         done = 0
         try:
             for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):
-                output = next(key for key in batch if key not in (LINE, TEXT))
-                for line, value in zip(batch[LINE].tolist(), batch[output], strict=True):
+                output = next(key for key in batch if key not in (LINE, TEXT, ERROR))
+                for line, value, problem in zip(
+                    batch[LINE].tolist(), batch[output], batch[ERROR], strict=True
+                ):
                     values[line_index[line]] = value
+                    if problem:
+                        problems[line] = problem
                 done += len(batch[LINE])
                 if progress is not None:
                     progress(done)
         except Exception as error:
-            raise _onnxformer_cause(error) from None
+            raise InferenceError(
+                f"batch inference failed on Ray: {_root_line(error)}; rerun with --debug for Ray's traceback"
+            ) from error
+        if problems:
+            raise InputError(problems[min(problems)])
         if done != len(records):
             raise OnnxformerError(f"Ray returned {done} results for {len(records)} records")
         return values
@@ -247,15 +277,11 @@ def connect(address: str) -> tuple[Any, bool]:
     return ray, True
 
 
-def _onnxformer_cause(error: BaseException) -> BaseException:
-    """The onnxformer error at the root of a Ray task failure, or the failure itself."""
-    seen = error
-    while seen is not None:
-        if isinstance(seen, OnnxformerError):
-            return type(seen)(*seen.args) if type(seen).__module__.startswith("onnxformer") else seen
-        cause = getattr(seen, "cause", None)
-        seen = seen.__cause__ or (cause if isinstance(cause, BaseException) else None)
-    return error
+def _root_line(error: BaseException) -> str:
+    """The original exception's line in a Ray error's text ("ValueError: ..."), else its first line."""
+    lines = str(error).splitlines()
+    found = [line.strip() for line in lines if re.match(r"^\s*[\w.]+(Error|Exception): ", line)]
+    return found[0] if found else (lines[0] if lines else type(error).__name__)
 
 
 def _jsonable(value: Any) -> Any:
