@@ -58,7 +58,7 @@ def local_ray(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="module")
 def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("batch") / "in.jsonl"
-    path.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts(150))))
+    path.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts(100))))
     return path
 
 
