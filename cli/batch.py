@@ -30,7 +30,10 @@ def batch_command(
     column: Annotated[str, typer.Option(help="The input field holding the text.")] = "text",
     batch_size: Annotated[int, typer.Option("--batch-size", help="Rows per model call.")] = 32,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output file.")] = False,
-    max_new_tokens: Annotated[int | None, typer.Option("--max-new-tokens", help="generate/seq2seq.")] = None,
+    max_new_tokens: Annotated[
+        int | None,
+        typer.Option("--max-new-tokens", help="Most tokens to add (GPT, T5; default: the export's)."),
+    ] = None,
     temperature: Annotated[float | None, typer.Option(help="0 = greedy (default: the export's).")] = None,
     top_k: Annotated[int | None, typer.Option("--top-k", help="Sample from the k likeliest.")] = None,
     top_p: Annotated[float | None, typer.Option("--top-p", help="Nucleus sampling threshold.")] = None,
