@@ -51,7 +51,8 @@ def batch_command(
         from onnxformer.runtime.serving.tasks import GenerationOptions
 
         options = GenerationOptions(max_new_tokens, temperature, top_k, top_p, seed, num_beams)
-        logging.getLogger("ray").setLevel(logging.WARNING)
+        for name in ("ray", "ray.data"):  # Ray Data logs every stage at INFO; the bar below says enough
+            logging.getLogger(name).setLevel(logging.WARNING)
         with Progress(
             "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), console=console, transient=True, disable=as_json,

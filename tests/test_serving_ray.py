@@ -142,3 +142,22 @@ def test_ray_serve_replicas_serve_the_same_app(local_ray) -> None:
             assert error.code == 422 and json.loads(error.read())["error"]["field"] == "texts[0]"
     finally:
         serve.shutdown()
+
+
+def test_the_batch_command_on_ray(local_ray, source: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from onnxformer.cli.main import app as cli
+
+    plain = run_batch(EXPORTED / "t5", source, tmp_path / "plain.jsonl", batch_size=8)
+    arguments = ["batch", str(EXPORTED / "t5"), str(source), "--out", str(tmp_path / "ray.jsonl"),
+                 "--batch-size", "8", "--ray", "auto", "--actors", "2", "--json"]  # fmt: skip
+    result = CliRunner().invoke(cli, arguments)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert (summary["records"], summary["task"], summary["mode"]) == (
+        plain.records,
+        "seq2seq",
+        "ray (2 actors)",
+    )
+    assert (tmp_path / "ray.jsonl").read_bytes() == (tmp_path / "plain.jsonl").read_bytes()
