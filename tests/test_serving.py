@@ -158,7 +158,8 @@ REFUSED = [
     ("gpt", {"texts": ["a", "b"], "stream": True}, 422, "texts", "exactly one"),
     ("gpt", {"texts": ["a"], "stream": "yes"}, 422, "stream", "true or false"),
     ("t5", {"texts": ["a"], "num_beams": 99}, 422, "num_beams", "between 1 and 8"),
-    ("t5", {"texts": ["a"], "num_beams": 2, "seed": 1}, 422, "texts", "beam search"),
+    ("t5", {"texts": ["a"], "num_beams": 2, "seed": 1}, 422, "num_beams", "beam search"),
+    ("t5", {"texts": ["a", ""]}, 422, "texts[1]", "is empty"),
     ("small", {"texts": ["a", "b", "c", "d"]}, 413, "texts", "at most 3"),
     ("small", {"texts": ["x" * 400]}, 413, None, "over 300 bytes"),
 ]

@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import os
+import re
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -105,6 +106,18 @@ def parse_request(body: bytes, task: Task, limits: Limits) -> tuple[list[str], G
     if stream and len(texts) != 1:
         raise RequestError(422, "texts", f"streaming takes exactly one text, got {len(texts)}")
     return texts, GenerationOptions(**options), stream
+
+
+def _field_of(message: str) -> str:
+    """The request field a runtime InputError is about, from its message ("text 2 is 80 tokens ...",
+    "top_k must be ...", "beam search chooses tokens ..."); "texts" when it names none."""
+    numbered = re.match(r"(?:text|prompt|source) (\d+) ", message)
+    if numbered:
+        return f"texts[{numbered.group(1)}]"
+    first = re.match(r"\w+", message)
+    if first and first.group(0) in _OPTION_FIELDS:
+        return first.group(0)
+    return "num_beams" if message.startswith("beam search") else "texts"
 
 
 def _strings(name: str, value: Any, limits: Limits, *, at_least_one: bool) -> list[str]:
@@ -215,7 +228,7 @@ def create_app(model: Model, *, limits: Limits | None = None):
         except RequestError as error:
             return refuse(error)
         except InputError as error:
-            return refuse(RequestError(422, "texts", str(error)))
+            return refuse(RequestError(422, _field_of(str(error)), str(error)))
         except OnnxformerError as error:
             log.exception("inference failed")
             return JSONResponse({"error": {"field": None, "message": str(error)}}, status_code=500)
