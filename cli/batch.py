@@ -15,6 +15,19 @@ from onnxformer.cli.options import Seed
 console = Console(stderr=True, highlight=False)
 
 
+def _quiet_ray() -> None:
+    """Ray Data logs every stage at INFO (its logging is configured when ray.data is imported); the
+    progress bar says enough."""
+    from onnxformer.runtime.serving.tasks import require
+
+    require("ray", "ray")
+    import ray.data
+
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    for name in ("ray", "ray.data"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def batch_command(
     ctx: typer.Context,
     folder: Annotated[Path, typer.Argument(help="A model export folder (from `onnxformer export`).")],
@@ -51,8 +64,8 @@ def batch_command(
         from onnxformer.runtime.serving.tasks import GenerationOptions
 
         options = GenerationOptions(max_new_tokens, temperature, top_k, top_p, seed, num_beams)
-        for name in ("ray", "ray.data"):  # Ray Data logs every stage at INFO; the bar below says enough
-            logging.getLogger(name).setLevel(logging.WARNING)
+        if ray is not None:
+            _quiet_ray()
         with Progress(
             "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
             TimeElapsedColumn(), console=console, transient=True, disable=as_json,
