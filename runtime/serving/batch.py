@@ -22,7 +22,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -113,8 +113,7 @@ class BatchRun:
     records: int
     task: str
     mode: str  # "local" or "ray (N actors)"
-    seconds: float  # model time: from loading to the last result, not reading or writing
-    extra: dict[str, Any] = field(default_factory=dict)
+    seconds: float  # from loading the model to the last result (reading included, writing not)
 
     @property
     def per_second(self) -> float:
@@ -137,8 +136,8 @@ def run_batch(
 ) -> BatchRun:
     """Run the folder's task on every record of `source` (JSONL) and write `out` (JSONL) atomically.
 
-    Without `ray_address` a plain loop in this process; with it ("auto", "ray://host:port", a cluster
-    address, or "local" to start a local instance) Ray Data with `actors` actors. Both give the same bytes.
+    Without `ray_address` a plain loop in this process; with it ("auto", a cluster address, or "local" to
+    start a local instance) Ray Data with `actors` actors. Both give the same bytes.
     `progress` is called with the number of records done so far."""
     if isinstance(actors, bool) or not isinstance(actors, int) or actors < 1:
         raise InputError(f"actors must be an integer >= 1, got {actors!r}")
