@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # CPU-only ONNX Runtime for development and CI; users on GPUs install onnxformer[gpu] instead.
-EXTRAS ?= cpu,builder,dev
+EXTRAS ?= cpu,builder,dev,ray,serve
 STAMP := $(VENV)/.installed
 
 # A second environment without torch proves the runtime needs none of it.

@@ -5,6 +5,7 @@ from typing import Annotated
 import typer
 
 from onnxformer.cli.attention import attention_command
+from onnxformer.cli.batch import batch_command
 from onnxformer.cli.bench import bench_command
 from onnxformer.cli.blocks import export_blocks_command
 from onnxformer.cli.demo import demo_command
@@ -14,6 +15,7 @@ from onnxformer.cli.generate import generate_command
 from onnxformer.cli.inspect import inspect_command
 from onnxformer.cli.optimize import optimize_command
 from onnxformer.cli.seq2seq import seq2seq_command
+from onnxformer.cli.serve import serve_command, triton_command
 from onnxformer.cli.train import train_command
 from onnxformer.cli.verify import verify_command
 
@@ -59,6 +61,9 @@ app.command("encode")(encode_command)
 app.command("seq2seq")(seq2seq_command)
 app.command("attention")(attention_command)
 app.command("bench")(bench_command)
+app.command("batch")(batch_command)
+app.command("serve")(serve_command)
+app.command("triton")(triton_command)
 
 
 def main() -> None:

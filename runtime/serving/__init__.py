@@ -1,0 +1,18 @@
+"""Scaling inference out: batch inference (a plain loop or Ray Data), an HTTP/JSON server (uvicorn or Ray
+Serve) and a Triton Inference Server model repository, all on one export folder.
+
+Torch-free like the rest of the runtime, and built only on its public API (`onnxformer.runtime.load` and
+the three model classes). Ray, Starlette and uvicorn are optional: they are imported by the functions that
+need them, which say which extra to install when they are missing.
+
+    tasks.py     what each model class does to a column of texts (embed / generate / seq2seq)
+    batch.py     the map_batches callable, the plain loop, the Ray Data run
+    jsonl.py     reading JSONL input with line numbers, writing output atomically
+    app.py       the ASGI application (Starlette), its request checks and limits
+    ray_serve.py the same application deployed with Ray Serve
+    triton.py    config.pbtxt model repositories for the encoder graphs
+"""
+
+from onnxformer.runtime.serving.tasks import GenerationOptions, Task, task_for
+
+__all__ = ["GenerationOptions", "Task", "task_for"]

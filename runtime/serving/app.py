@@ -1,0 +1,327 @@
+"""The HTTP/JSON server of one export folder: an ASGI application (Starlette), served by uvicorn on one
+machine (`serve_local`) or, unchanged, by Ray Serve replicas (`onnxformer.runtime.serving.ray_serve`).
+
+    GET  /health               {"status": "ok"}
+    GET  /info                 family, task, config, generation defaults, limits (from the manifest)
+    POST /embed                {"texts": [...]}                     -> {"embeddings": [[...], ...]}
+    POST /generate             {"texts": [...], "max_new_tokens": 20, "temperature": 0, "stop": [...]}
+                                                                    -> {"generations": [...]}
+                               {"texts": ["one"], "stream": true}   -> server-sent events, one per piece
+    POST /seq2seq              {"texts": [...], "num_beams": 3}     -> {"outputs": [...]}
+
+An export serves the one task of its class (`tasks.TASKS`); the other task endpoints answer 404 naming the
+right one. Every request is checked before the model runs: the body's size, JSON, known fields of the
+right types, the number of texts and max_new_tokens within `Limits`; a failure is a 4xx whose JSON names
+the field: {"error": {"field": "texts", "message": "..."}}. The model runs in a worker thread (the runtime
+is thread-safe and keeps no per-call state), so concurrent requests give what sequential ones give.
+"""
+
+import contextlib
+import json
+import logging
+import math
+import os
+import re
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import asdict, dataclass, is_dataclass
+from typing import Any
+
+from onnxformer.runtime.errors import InputError, OnnxformerError
+from onnxformer.runtime.serving.tasks import GenerationOptions, Model, Task, require, task_for
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on one request, so that no request can take unbounded memory or time."""
+
+    max_body_bytes: int = 1 << 20  # 1 MiB
+    max_texts: int = 64  # texts per request
+    max_text_chars: int = 4096  # characters per text (the model's context is checked after tokenizing)
+    max_new_tokens: int = 256
+    max_beams: int = 8
+
+
+class RequestError(Exception):
+    """A request the server refuses: its HTTP status, the field at fault (None: the whole body)."""
+
+    def __init__(self, status: int, field: str | None, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.field = field
+        self.message = message
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"field": self.field, "message": self.message}}
+
+
+# The JSON fields each task takes besides "texts": name -> (kind, lowest, highest or a Limits field).
+_OPTION_FIELDS: dict[str, tuple[str, float | None, float | str | None]] = {
+    "max_new_tokens": ("int", 1, "max_new_tokens"),
+    "temperature": ("number", 0.0, None),
+    "top_k": ("int", 0, None),
+    "top_p": ("number", 0.0, 1.0),
+    "seed": ("int", 0, 2**63 - 1),
+    "num_beams": ("int", 1, "max_beams"),
+    "stop": ("strings", None, None),
+}
+
+
+def parse_request(body: bytes, task: Task, limits: Limits) -> tuple[list[str], GenerationOptions, bool]:
+    """The texts, options and stream flag of a request body, or a RequestError naming what is wrong."""
+    if len(body) > limits.max_body_bytes:
+        raise RequestError(413, None, f"the body is over {limits.max_body_bytes} bytes; send fewer texts")
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise RequestError(400, None, f"the body is not JSON ({error}); send a JSON object") from None
+    if not isinstance(data, dict):
+        raise RequestError(400, None, 'the body must be a JSON object such as {"texts": ["..."]}')
+    allowed = {"texts", *task.options, *(("stream",) if task.stream else ())}
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise RequestError(
+            422, unknown[0], f"unknown field {unknown[0]!r}; /{task.name} takes {sorted(allowed)}"
+        )
+    if "texts" not in data:
+        raise RequestError(422, "texts", 'missing; send {"texts": ["..."]}')
+    texts = _strings("texts", data["texts"], limits, at_least_one=True)
+    options = {}
+    for name in sorted(set(data) & set(_OPTION_FIELDS)):
+        kind, low, high = _OPTION_FIELDS[name]
+        high = getattr(limits, high) if isinstance(high, str) else high
+        value = data[name]
+        if value is None:
+            continue
+        if kind == "strings":
+            options[name] = tuple(_strings(name, value, limits, at_least_one=False))
+        else:
+            options[name] = _number(name, value, kind, low, high)
+    stream = data.get("stream", False)
+    if not isinstance(stream, bool):
+        raise RequestError(422, "stream", f"must be true or false, got {stream!r}")
+    if stream and len(texts) != 1:
+        raise RequestError(422, "texts", f"streaming takes exactly one text, got {len(texts)}")
+    return texts, GenerationOptions(**options), stream
+
+
+def _field_of(message: str) -> str:
+    """The request field a runtime InputError is about, from its message ("text 2 is 80 tokens ...",
+    "top_k must be ...", "beam search chooses tokens ..."); "texts" when it names none."""
+    numbered = re.match(r"(?:text|prompt|source) (\d+) ", message)
+    if numbered:
+        return f"texts[{numbered.group(1)}]"
+    first = re.match(r"\w+", message)
+    if first and first.group(0) in _OPTION_FIELDS:
+        return first.group(0)
+    return "num_beams" if message.startswith("beam search") else "texts"
+
+
+def _strings(name: str, value: Any, limits: Limits, *, at_least_one: bool) -> list[str]:
+    if not isinstance(value, list):
+        raise RequestError(422, name, f"must be a list of strings, got {type(value).__name__}")
+    if at_least_one and not value:
+        raise RequestError(422, name, "give at least one text")
+    if len(value) > limits.max_texts:
+        raise RequestError(413, name, f"{len(value)} items; at most {limits.max_texts} per request")
+    for index, item in enumerate(value):
+        if not isinstance(item, str):
+            raise RequestError(422, f"{name}[{index}]", f"must be a string, got {type(item).__name__}")
+        if len(item) > limits.max_text_chars:
+            raise RequestError(
+                413, f"{name}[{index}]", f"{len(item)} characters; at most {limits.max_text_chars}"
+            )
+    return value
+
+
+def _number(name: str, value: Any, kind: str, low: float | None, high: float | None) -> int | float:
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    if kind == "int" and not (numeric and float(value).is_integer()):
+        raise RequestError(422, name, f"must be an integer, got {value!r}")
+    if not numeric or not math.isfinite(value):
+        raise RequestError(422, name, f"must be a number, got {value!r}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise RequestError(422, name, f"must be between {low} and {high}, got {value!r}")
+    return int(value) if kind == "int" else float(value)
+
+
+def model_info(model: Model, limits: Limits) -> dict[str, Any]:
+    """What GET /info answers: the manifest's description of the model and this server's limits."""
+    manifest = model.export.manifest
+    task = task_for(model)
+    return {
+        "family": str(manifest.family),
+        "task": task.name,
+        "endpoint": f"/{task.name}",
+        "output": task.output,
+        "config": _plain(manifest.config),
+        "generation": _plain(manifest.generation),
+        "special_tokens": _plain(manifest.special_tokens),
+        "format_version": manifest.format_version,
+        "opset": manifest.opset,
+        "versions": _plain(manifest.versions),
+        "provider": model.provider,
+        "limits": asdict(limits),
+    }
+
+
+def _plain(value: Any) -> Any:
+    """Manifest values as JSON (dataclasses as dicts)."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    return json.loads(json.dumps(value, default=str))
+
+
+def create_app(model: Model, *, limits: Limits | None = None):
+    """The ASGI application serving `model` (from `onnxformer.runtime.load`)."""
+    require("starlette", "serve")
+    from starlette.applications import Starlette
+    from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
+    from starlette.exceptions import HTTPException
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response, StreamingResponse
+    from starlette.routing import Route
+
+    limits = limits or Limits()
+    task = task_for(model)
+    info = model_info(model, limits)
+
+    def refuse(error: RequestError) -> JSONResponse:
+        return JSONResponse(error.body(), status_code=error.status)
+
+    async def read_body(request: Request) -> bytes:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
+            raise RequestError(413, None, f"the body is over {limits.max_body_bytes} bytes; send fewer texts")
+        body = bytearray()
+        async for piece in request.stream():
+            body += piece
+            if len(body) > limits.max_body_bytes:
+                raise RequestError(
+                    413, None, f"the body is over {limits.max_body_bytes} bytes; send fewer texts"
+                )
+        return bytes(body)
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "task": task.name})
+
+    async def describe(request: Request) -> Response:
+        return JSONResponse(info)
+
+    async def run(request: Request) -> Response:
+        name = request.url.path.strip("/")
+        if name != task.name:
+            return refuse(
+                RequestError(404, None, f"this server runs a {info['family']} export; POST /{task.name}")
+            )
+        try:
+            texts, options, stream = parse_request(await read_body(request), task, limits)
+            if stream:
+                pieces = await run_in_threadpool(task.stream, model, texts[0], options)  # checks first
+                return StreamingResponse(
+                    _events(iterate_in_threadpool(pieces)), media_type="text/event-stream"
+                )
+            values = await run_in_threadpool(task, model, texts, options)
+        except RequestError as error:
+            return refuse(error)
+        except InputError as error:
+            return refuse(RequestError(422, _field_of(str(error)), str(error)))
+        except OnnxformerError as error:
+            log.exception("inference failed")
+            return JSONResponse({"error": {"field": None, "message": str(error)}}, status_code=500)
+        payload = values.tolist() if hasattr(values, "tolist") else list(values)
+        return JSONResponse({f"{task.output}s": payload})
+
+    async def http_error(request: Request, error: Exception) -> Response:
+        status = getattr(error, "status_code", 500)
+        detail = getattr(error, "detail", "error")
+        if status == 404:
+            detail = f"no such endpoint {request.url.path}; the endpoints are /health, /info and /{task.name}"
+        return JSONResponse({"error": {"field": None, "message": detail}}, status_code=status)
+
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        Route("/info", describe, methods=["GET"]),
+        *(Route(f"/{name}", run, methods=["POST"]) for name in ("embed", "generate", "seq2seq")),
+    ]
+    return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+
+
+async def _events(pieces: AsyncIterator[str]) -> AsyncIterator[bytes]:
+    """Server-sent events: one `data:` per piece, then `event: done` with the whole text (or `event:
+    error` if the model fails half way)."""
+    text = ""
+    try:
+        async for piece in pieces:
+            text += piece
+            yield _event("message", {"text": piece})
+    except OnnxformerError as error:
+        yield _event("error", {"error": {"field": None, "message": str(error)}})
+        return
+    yield _event("done", {"text": text})
+
+
+def _event(kind: str, data: dict[str, Any]) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+def serve_local(
+    folder: str | os.PathLike,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    limits: Limits | None = None,
+    threads: int | None = None,
+    log_level: str = "info",
+) -> None:
+    """Serve the folder with uvicorn until interrupted."""
+    require("starlette", "serve")
+    require("uvicorn", "serve")
+    import uvicorn
+
+    from onnxformer.runtime.loader import load
+
+    app = create_app(load(folder, threads=threads), limits=limits)
+    uvicorn.run(app, host=host, port=port, log_level=log_level)
+
+
+@contextlib.contextmanager
+def background_server(app: Any, *, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Serve `app` with uvicorn in a thread (port 0: any free one) and yield its base URL; stops on exit.
+    For tests, benchmarks and notebooks; `serve_local` is the command's foreground server."""
+    require("uvicorn", "serve")
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, name="onnxformer-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            raise OnnxformerError(f"the server did not start on {host}:{port}")
+        time.sleep(0.01)
+    (socket,) = server.servers[0].sockets
+    try:
+        yield f"http://{host}:{socket.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def read_events(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Parse a server-sent event stream into (event, data) pairs (for clients and tests)."""
+    kind, data = "message", []
+    for line in lines:
+        line = line.rstrip("\r\n")
+        if not line:
+            if data:
+                yield kind, json.loads("\n".join(data))
+            kind, data = "message", []
+        elif line.startswith("event:"):
+            kind = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].strip())

@@ -1,0 +1,69 @@
+"""The HTTP application of `app.py`, deployed unchanged with Ray Serve: each replica loads the export
+folder once and builds the same ASGI app (`serve.ingress` with a late-bound app), so a cluster serves the
+endpoints, limits and errors of `onnxformer serve` with N replicas behind Ray's HTTP proxy."""
+
+import os
+from pathlib import Path
+from typing import Any
+
+from onnxformer.runtime.serving.app import Limits, create_app
+from onnxformer.runtime.serving.batch import connect
+from onnxformer.runtime.serving.tasks import require
+
+APP_NAME = "onnxformer"
+
+
+class _Replica:
+    """One Ray Serve replica: the folder is loaded when Serve builds the app on the replica."""
+
+    def __init__(self, folder: str, limits: Limits, threads: int | None) -> None:
+        self._folder, self._limits, self._threads = folder, limits, threads
+
+    def __serve_build_asgi_app__(self) -> Any:
+        from onnxformer.runtime.loader import load
+
+        return create_app(load(self._folder, threads=self._threads), limits=self._limits)
+
+
+def deployment(
+    folder: str | os.PathLike, *, replicas: int = 1, limits: Limits | None = None, threads: int | None = 1
+) -> Any:
+    """The bound Ray Serve application for `serve.run` (one CPU per replica)."""
+    require("ray", "ray")
+    from ray import serve
+
+    ingress = serve.ingress()(_Replica)
+    return serve.deployment(
+        ingress, name=APP_NAME, num_replicas=replicas, ray_actor_options={"num_cpus": 1}
+    ).bind(str(Path(folder).resolve()), limits or Limits(), threads)
+
+
+def serve_on_ray(
+    folder: str | os.PathLike,
+    *,
+    address: str = "auto",
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    replicas: int = 1,
+    limits: Limits | None = None,
+    threads: int | None = 1,
+    blocking: bool = True,
+) -> None:
+    """Start Serve's HTTP proxy on host:port and run the folder's app with `replicas` replicas; with
+    `blocking` (the command) until interrupted, then the application is deleted."""
+    ray, _ = connect(address)
+    from ray import serve
+
+    serve.start(http_options={"host": host, "port": port})
+    app = deployment(folder, replicas=replicas, limits=limits, threads=threads)
+    serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
+    if not blocking:
+        return
+    try:
+        import time
+
+        while True:
+            time.sleep(3600)
+    finally:
+        serve.delete(APP_NAME)
+        ray.shutdown()
