@@ -3,17 +3,20 @@
     attention_map("exported/gpt", "The cat sat on the mat.").row("sat")   # (keys,) averaged weights
 
 Every model export holds `attentions.onnx`, the same model returning its softmax weights (graph role
-"attentions"). The text is framed as the family's other graphs frame it: GPT <s> + tokens (causal
-self-attention), BERT <cls> + tokens + <sep> (bidirectional), T5 tokens + </s> (encoder self-attention).
-T5's `kind="cross"` decodes the model's own greedy output first, then feeds <start> + that output: the
-query labelled "cat" is the decoder step that wrote "cat" (it read the token before), so its row says
-which source tokens the model looked at while writing it; the last query is the step that wrote </s>.
+"attentions"; manifest `io.attentions` names its inputs and its `self_attentions` / `cross_attentions`
+outputs). The text is framed as the task's other graphs frame it (manifest `framing`): GPT <s> + tokens
+(causal self-attention), BERT <cls> + tokens + <sep> (bidirectional), T5 tokens + </s> (encoder
+self-attention). T5's `kind="cross"` decodes the model's own greedy output first, then feeds <start> +
+that output: the query labelled "cat" is the decoder step that wrote "cat" (it read the token before), so
+its row says which source tokens the model looked at while writing it; the last query is the step that
+wrote </s>.
 
 Shape legend: L layers, H heads, Q query tokens, K key tokens (for "self" K == Q; for "cross" K is the
 source length).
 """
 
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,26 +25,17 @@ from typing import Literal
 import numpy as np
 
 from onnxformer.runtime.errors import InputError, ManifestError, OnnxformerError
-from onnxformer.runtime.loader import ExportModel, ModelExport, open_export
+from onnxformer.runtime.model import ExportModel, ModelExport, check_feedable, open_export, pick
 from onnxformer.runtime.seq2seq import TextToText
 from onnxformer.runtime.session import Device, create_session
 
 Kind = Literal["self", "cross"]
 KINDS: tuple[Kind, ...] = ("self", "cross")
 PLOT_HINT = 'pip install "onnxformer[plot]"'
-# What the attentions graph takes, per family (T5 self-attention feeds the decoder one token).
-INPUTS = {
-    "gpt": ("input_ids", "attention_mask"),
-    "bert": ("input_ids", "attention_mask", "token_type_ids"),
-    "t5": ("input_ids", "attention_mask", "decoder_input_ids"),
-}
-# Per family and kind: the graph's output prefix ("{prefix}.{layer}" holds (1, H, Q, K)).
-OUTPUTS = {
-    ("gpt", "self"): "attentions",
-    ("bert", "self"): "attentions",
-    ("t5", "self"): "encoder_attentions",
-    ("t5", "cross"): "cross_attentions",
-}
+# What the attentions graph may take (T5 self-attention feeds the decoder one token), and the `io`
+# output key of each kind ("{i}" in its name is the layer; each holds (1, H, Q, K)).
+FEEDABLE = ("input_ids", "attention_mask", "token_type_ids", "decoder_input_ids")
+OUTPUT_KEYS: dict[Kind, str] = {"self": "self_attentions", "cross": "cross_attentions"}
 # Softmax rows in fp32 sum to 1 within a few ulps per key; this also allows 64-key rows.
 ROW_SUM_TOLERANCE = 1e-4
 
@@ -50,7 +44,7 @@ ROW_SUM_TOLERANCE = 1e-4
 class AttentionMap:
     """The attention weights of one text: `weights[layer, head, query, key]`, each row a distribution."""
 
-    family: str  # "gpt", "bert", "t5"
+    family: str  # the architecture's name ("gpt", "bert", "t5", ...)
     kind: Kind
     text: str  # the input sentence
     query_tokens: list[str]  # readable tokens (leading space dropped, "<s>" for specials), length Q
@@ -139,8 +133,10 @@ class AttentionReader:
             raise ManifestError(
                 f"ONNX Runtime cannot load {path} ({str(error).splitlines()[0]}); re-export the checkpoint"
             ) from None
+        self._io = manifest.io["attentions"]
+        check_feedable(self._io, path, FEEDABLE)
         inputs = {value.name for value in self._session.session.get_inputs()}
-        missing = [name for name in INPUTS[self.export.family] if name not in inputs]
+        missing = [name for name in self._io.inputs if name not in inputs]
         if missing:
             raise ManifestError(
                 f"{path} lacks the inputs {missing} this runtime feeds (it has {sorted(inputs)}); "
@@ -162,7 +158,7 @@ class AttentionReader:
         family = self.export.family
         if kind not in KINDS:
             raise InputError(f"kind must be one of {KINDS}, got {kind!r}")
-        if (family, kind) not in OUTPUTS:
+        if OUTPUT_KEYS[kind] not in self._io.outputs:
             raise InputError(
                 f"cross-attention needs an encoder-decoder (t5) export; this is a {family} export, "
                 "which has only self-attention"
@@ -170,11 +166,11 @@ class AttentionReader:
         if not isinstance(text, str) or not text.strip():
             raise InputError("give a non-empty sentence to look at, e.g. 'The cat sat on the mat.'")
         source = self._frame(text)
-        # Encoder self-attention does not depend on the decoder: one token feeds it.
-        decoder_input, queries, output_text = [self.export.special["bos"]], source, None
+        # Encoder self-attention does not depend on the decoder: one token (the start) feeds it.
+        decoder_input, queries, output_text = self._start(), source, None
         if kind == "cross":
             decoder_input, queries, output_text = self._decoder_output(source)
-        weights = self._run(family, kind, source, decoder_input)
+        weights = self._run(kind, source, decoder_input)
         return AttentionMap(
             family=family,
             kind=kind,
@@ -191,50 +187,59 @@ class AttentionReader:
         )
 
     def _frame(self, text: str) -> list[int]:
-        special, tokens = self.export.special, self.export.tokenizer.encode(text)
-        framed = {
-            "gpt": [*self.export.manifest.generation.get("prompt_prefix_tokens", [special["bos"]]), *tokens],
-            "bert": [special["cls"], *tokens, special["sep"]],
-            "t5": [*tokens, special["eos"]],
-        }[self.export.family]
-        limit = self.export.config["max_len"]
+        framing = self.export.framing
+        framed = framing.ids(self.export.tokenizer.encode(text), self.export.special)
+        limit = self.export.shape.max_len
         if len(framed) > limit:
             raise InputError(
-                f"the text is {len(framed)} tokens framed for {self.export.family}, but the model reads at "
+                f"the text is {len(framed)} tokens framed as {framing.describe()}, but the model reads at "
                 f"most {limit}; shorten it"
             )
         return framed
+
+    def _start(self) -> list[int]:
+        """What the decoder reads for encoder self-attention: its start token (none without a decoder)."""
+        if "decoder_input_ids" not in self._io.inputs:
+            return []
+        generation = self.export.manifest.generation
+        if generation is None or generation.decoder_start_token_id is None:
+            raise ManifestError(
+                "manifest.json: the attentions graph takes decoder_input_ids but generation names no "
+                "decoder_start_token_id; re-export the checkpoint"
+            )
+        return [generation.decoder_start_token_id]
 
     def _decoder_output(self, source: list[int]) -> tuple[list[int], list[int], str]:
         """The decoder input (<start> + the greedy output), the tokens its steps wrote (the output + </s>),
         and the output text. Step t reads input t and writes token t: the query label."""
         model = self._model if isinstance(self._model, TextToText) else TextToText(self.export)
         (result,) = model.generate_ids([source], temperature=0.0)
-        stop = [self.export.special["eos"]] if result.finish_reason == "stop" else []
-        written = [*result.tokens, *stop][: self.export.config["max_len"]]
+        stop = list(model.defaults.stop_tokens[:1]) if result.finish_reason == "stop" else []
+        written = [*result.tokens, *stop][: model.max_len]
         return [model.start_token, *written[:-1]], written, self.export.tokenizer.decode(result.tokens)
 
-    def _run(self, family: str, kind: Kind, source: list[int], decoder_input: list[int]) -> np.ndarray:
+    def _run(self, kind: Kind, source: list[int], decoder_input: list[int]) -> np.ndarray:
         ids = np.array([source], dtype=np.int64)  # (1, S)
-        feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
-        if family == "bert":
-            feeds["token_type_ids"] = np.zeros_like(ids)
-        if family == "t5":
-            feeds["decoder_input_ids"] = np.array([decoder_input], dtype=np.int64)  # (1, Q); 1 for "self"
-        prefix = OUTPUTS[(family, kind)]
-        names = [n for n in self._outputs if n.startswith(f"{prefix}.") and n[len(prefix) + 1 :].isdigit()]
+        feeds = pick(
+            self._io,
+            input_ids=ids,
+            attention_mask=np.ones_like(ids),
+            token_type_ids=np.zeros_like(ids),
+            decoder_input_ids=np.array([decoder_input], dtype=np.int64),  # (1, Q); 1 for "self"
+        )
+        pattern = self._io.outputs[OUTPUT_KEYS[kind]]
+        names = layer_names(pattern, self._outputs)
         if not names:
             raise ManifestError(
-                f"{self.export.manifest.graphs['attentions']} returns no {prefix}.* outputs (it has "
+                f"{self.export.manifest.graphs['attentions']} returns no {pattern} outputs (it has "
                 f"{self._outputs}); re-export the checkpoint with this version of onnxformer"
             )
-        names.sort(key=lambda name: int(name.rsplit(".", 1)[1]))
         outputs = self._session.run(feeds, names)  # L x (1, H, Q, K)
         weights = np.stack([value[0] for value in outputs]).astype(np.float32)  # (L, H, Q, K)
         worst = float(np.abs(weights.sum(axis=-1) - 1.0).max())
         if worst > ROW_SUM_TOLERANCE:
             raise ManifestError(
-                f"{prefix} rows sum to 1 +- {worst:.1e}, not within {ROW_SUM_TOLERANCE}: the attentions "
+                f"{pattern} rows sum to 1 +- {worst:.1e}, not within {ROW_SUM_TOLERANCE}: the attentions "
                 "graph does not return softmax weights; re-export the checkpoint"
             )
         return weights
@@ -245,6 +250,14 @@ class AttentionReader:
         if text.strip():
             return text[1:] if text.startswith(" ") else text
         return text.replace(" ", "␣").replace("\n", "\\n").replace("\t", "\\t")
+
+
+def layer_names(pattern: str, names: list[str]) -> list[str]:
+    """The names among `names` that fit `pattern` ("attentions.{i}"), ordered by layer."""
+    head, _, tail = pattern.partition("{i}")
+    form = re.compile(re.escape(head) + r"(\d+)" + re.escape(tail))
+    found = [(int(match.group(1)), name) for name in names if (match := form.fullmatch(name))]
+    return [name for _, name in sorted(found)]
 
 
 def attention_map(

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from onnxformer.runtime.errors import InputError, ManifestError
+from onnxformer.runtime.errors import InputError
+from onnxformer.runtime.manifest import GenerationDefaults, KVCache
 from onnxformer.runtime.sampling import Sampler, SamplingConfig
 
 Feeds = dict[str, np.ndarray]
@@ -38,51 +39,23 @@ class Step:
 
 @dataclass(frozen=True)
 class CacheLayout:
-    """The KV-cache input and output names of an export (manifest `kv_cache`), one "{i}" per layer."""
+    """The KV-cache tensors of an export (manifest `kv_cache`): their names, the empty cache of the first
+    step, and one step's `present.*` outputs as the next step's `past.*` inputs."""
 
-    layers: int
-    heads: int
-    head_dim: int
-    past_key: str
-    past_value: str
-    present_key: str
-    present_value: str
-    cross_key: str | None = None
-    cross_value: str | None = None
-
-    @classmethod
-    def from_manifest(cls, kv_cache: dict[str, Any], *, cross: bool) -> "CacheLayout":
-        names = ["past_key", "past_value", "present_key", "present_value"]
-        names += ["cross_key", "cross_value"] if cross else []
-        values: dict[str, Any] = {}
-        for key in ("layers", "heads", "head_dim"):
-            value = kv_cache.get(key)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ManifestError(f"manifest.json: kv_cache.{key} must be a positive integer; re-export")
-            values[key] = value
-        for key in names:
-            value = kv_cache.get(key)
-            if not isinstance(value, str) or "{i}" not in value:
-                raise ManifestError(f"manifest.json: kv_cache.{key} must be a name with '{{i}}'; re-export")
-            values[key] = value
-        return cls(**values)
+    spec: KVCache
 
     def past_names(self) -> list[str]:
-        """Self-attention cache inputs, layer by layer, key then value."""
-        return [n.format(i=i) for i in range(self.layers) for n in (self.past_key, self.past_value)]
+        return self.spec.past_names()
 
     def present_names(self) -> list[str]:
-        """Self-attention cache outputs, in the order of `past_names`."""
-        return [n.format(i=i) for i in range(self.layers) for n in (self.present_key, self.present_value)]
+        return self.spec.present_names()
 
     def cross_names(self) -> list[str]:
-        if self.cross_key is None or self.cross_value is None:
-            return []
-        return [n.format(i=i) for i in range(self.layers) for n in (self.cross_key, self.cross_value)]
+        return self.spec.cross_names()
 
     def empty(self, batch: int) -> Feeds:
         """The cache before the first step: past length 0."""
-        shape = (batch, self.heads, 0, self.head_dim)  # (B, H, 0, Dh)
+        shape = (batch, self.spec.kv_heads, 0, self.spec.head_dim)  # (B, H, 0, Dh)
         return {name: np.zeros(shape, np.float32) for name in self.past_names()}
 
     def next_feeds(self, presents: Sequence[np.ndarray]) -> Feeds:
@@ -150,7 +123,7 @@ def check_max_new_tokens(value: Any) -> int:
 
 
 def sampling_config(
-    defaults: dict[str, Any],
+    defaults: GenerationDefaults,
     *,
     temperature: float | None,
     top_k: int | None,
@@ -159,9 +132,9 @@ def sampling_config(
 ) -> SamplingConfig:
     """The options given, else the export's defaults (manifest `generation`); SamplingConfig checks them."""
     return SamplingConfig(
-        temperature=defaults.get("temperature", 1.0) if temperature is None else temperature,
-        top_k=defaults.get("top_k", 0) if top_k is None else top_k,
-        top_p=defaults.get("top_p", 1.0) if top_p is None else top_p,
+        temperature=defaults.temperature if temperature is None else temperature,
+        top_k=defaults.top_k if top_k is None else top_k,
+        top_p=defaults.top_p if top_p is None else top_p,
         seed=seed,
     )
 

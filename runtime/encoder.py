@@ -1,19 +1,21 @@
-"""BERT on an export folder: sentence embeddings, similarity, classification and masked-token filling.
+"""An "encode" export (BERT): sentence embeddings, similarity, classification and masked-token filling.
 
-Texts are framed <cls> + the text's tokens + <sep>, right padded with <pad> into batches, segment ids all 0,
-as in training. The graph returns every head at once; each method asks ONNX Runtime only for the output it
-needs. The built-in classifier was trained to tell a well-formed sentence (label 1) from the same words
-shuffled (label 0).
+Texts are framed as the manifest's `framing.text` says (<cls> + the text's tokens + <sep> for BERT), right
+padded with <pad> into batches, segment ids all 0 when the graph takes them, as in training. The graph
+returns every head at once (manifest `io.encoder.outputs` names them); each method asks ONNX Runtime only
+for the output it needs, and says so when the export has no such head. The built-in classifier was trained
+to tell a well-formed sentence (label 1) from the same words shuffled (label 0).
 """
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from onnxformer.runtime.decoding import right_pad
-from onnxformer.runtime.errors import InputError
-from onnxformer.runtime.loader import ExportModel, ModelExport
+from onnxformer.runtime.errors import InputError, ManifestError
+from onnxformer.runtime.model import ExportModel, ModelExport, pick
 
 MASK_TEXT = "<mask>"
 LABELS = {0: "shuffled", 1: "well-formed"}  # the built-in task's labels
@@ -26,22 +28,35 @@ class Classification:
 
 
 class TextEncoder(ExportModel):
-    """A BERT export. Thread-safe: calls share only the ONNX Runtime session and the tokenizer."""
+    """An "encode" export (BERT). Thread-safe: calls share only the ONNX Runtime session and the tokenizer."""
 
-    family = "bert"
+    task = "encode"
+    feeds: ClassVar[dict[str, tuple[str, ...]]] = {
+        "encoder": ("input_ids", "attention_mask", "token_type_ids")
+    }
 
     def __init__(self, export: ModelExport) -> None:
         super().__init__(export)
-        self.dim: int = export.config["d_model"]
-        self.num_labels: int = export.config.get("num_labels", 2)
+        self.dim: int = export.shape.d_model
+        self.num_labels: int = export.shape.num_labels or 2
         self._encoder = export.sessions["encoder"]
+        self._io = export.io("encoder")
 
-    def embed(self, texts: str | list[str], *, batch_size: int = 32) -> np.ndarray:
+    def embed(self, texts: str | list[str], *, batch_size: int = 32, normalize: bool = False) -> np.ndarray:
         """Sentence embeddings (mean of the real tokens' last hidden states): (N, D) for a list of N texts,
-        (D,) for one str. An empty text is fine (it is <cls> <sep>)."""
+        (D,) for one str. An empty text is fine (it is <cls> <sep>).
+
+        `normalize=True` scales each embedding to unit L2 norm (as sentence-transformers'
+        `normalize_embeddings`), so a dot product is the cosine similarity; an all-zero embedding stays
+        zero."""
+        if not isinstance(normalize, bool):
+            raise InputError(f"normalize must be True or False, got {normalize!r}")
         single = isinstance(texts, str)
         rows = self._frame([texts] if single else texts)
         vectors = self._run(rows, "sentence_embedding", batch_size)  # (N, D)
+        if normalize:
+            norms = np.linalg.norm(vectors, axis=-1, keepdims=True)  # (N, 1)
+            vectors = vectors / np.maximum(norms, 1e-12)  # (N, D)
         return vectors[0] if single else vectors
 
     def similarity(self, a: str, b: str) -> float:
@@ -82,37 +97,31 @@ class TextEncoder(ExportModel):
         return results
 
     def _run(self, rows: list[list[int]], output: str, batch_size: int) -> np.ndarray:
-        """One output of the encoder for every row, in batches of `batch_size`, joined on axis 0 (outputs
-        with a sequence axis only join when one batch holds every row)."""
+        """One output of the encoder (an `io` key such as "sentence_embedding") for every row, in batches
+        of `batch_size`, joined on axis 0 (outputs with a sequence axis only join when one batch holds
+        every row)."""
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InputError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        name = self._io.outputs.get(output)
+        if name is None:
+            raise ManifestError(
+                f"{self.export.manifest.graphs['encoder']} has no {output} output (it returns "
+                f"{sorted(self._io.outputs)}); export a checkpoint with that head to use it"
+            )
         pad = self.tokenizer.special_tokens["pad"]
         parts = []
         for start in range(0, len(rows), batch_size):
             ids, mask = right_pad(rows[start : start + batch_size], pad)  # (B, T)
-            feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-            (value,) = self._encoder.run(feeds, [output])
+            feeds = pick(self._io, input_ids=ids, attention_mask=mask, token_type_ids=np.zeros_like(ids))
+            (value,) = self._encoder.run(feeds, [name])
             parts.append(value)
         return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
 
     def _frame(self, texts: Sequence[str]) -> list[list[int]]:
-        if isinstance(texts, str | bytes) or not isinstance(texts, Sequence):
-            raise InputError("texts must be a str or a list of str")
-        if len(texts) == 0:
-            raise InputError("give at least one text")
-        special = self.tokenizer.special_tokens
-        rows = []
-        for index, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise InputError(f"text {index} must be a str, got {type(text).__name__}")
-            row = [special["cls"], *self.tokenizer.encode(text, limit=self.max_len), special["sep"]]
-            if len(row) > self.max_len:
-                raise InputError(
-                    f"text {index} is {len(row)} tokens with <cls> and <sep>, but the model reads at most "
-                    f"{self.max_len}; shorten the text"
-                )
-            rows.append(row)
-        return rows
+        return self.frame_all(texts, what="text")
+
+    def warm_up(self) -> None:
+        self.embed("a")
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:

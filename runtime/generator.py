@@ -1,6 +1,7 @@
-"""GPT text generation on an export folder: `TextGenerator.load(folder).generate("The cat")`.
+"""Text generation on a "generate" export (GPT): `TextGenerator.load(folder).generate("The cat")`.
 
-Prompts are framed <s> + the text's tokens and left padded into one batch; the loop is the PyTorch
+Prompts are framed as the manifest's `framing.prompt` says (<s> + the text's tokens for GPT) and left
+padded into one batch; the loop is the PyTorch
 reference's (`onnxformer.builder.generation.generate`), so greedy and seeded sampling give the same tokens,
 and a batch gives what each prompt gives alone. Each row may grow until the model's context (config
 max_len, prompt included) is full. Stop tokens end a row and are left out; stop strings end a row and cut
@@ -9,6 +10,7 @@ its text at their first occurrence.
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -25,7 +27,7 @@ from onnxformer.runtime.decoding import (
     sampling_config,
 )
 from onnxformer.runtime.errors import InputError
-from onnxformer.runtime.loader import ExportModel, ModelExport
+from onnxformer.runtime.model import ExportModel, ModelExport, pick
 from onnxformer.runtime.sampling import SamplingConfig
 from onnxformer.runtime.tokenizer import REPLACEMENT
 
@@ -42,20 +44,20 @@ class _Request:
 
 
 class TextGenerator(ExportModel):
-    """A GPT export. Thread-safe: calls share only the ONNX Runtime session and the tokenizer."""
+    """A "generate" export (GPT). Thread-safe: calls share only the ONNX Runtime session and the tokenizer."""
 
-    family = "gpt"
+    task = "generate"
+    feeds: ClassVar[dict[str, tuple[str, ...]]] = {"decoder": ("input_ids", "attention_mask")}
 
     def __init__(self, export: ModelExport) -> None:
         super().__init__(export)
-        self.defaults = dict(export.manifest.generation)
-        # What every text prompt starts with: <s>, as in training.
-        self.prefix: list[int] = list(
-            self.defaults.get("prompt_prefix_tokens", [self.tokenizer.special_tokens["bos"]])
-        )
+        self.defaults = export.manifest.generation
+        # What every text prompt starts with (<s> for GPT, as in training).
+        self.prefix: list[int] = [self.tokenizer.special_tokens[name] for name in self.framing.prefix]
         self._decoder = export.sessions["decoder"]
+        self._io = export.io("decoder")
         self._cache = export.cache
-        self._outputs = ["logits", *self._cache.present_names()]
+        self._outputs = [self._io.outputs["logits"], *self._cache.present_names()]
 
     def generate(
         self,
@@ -171,7 +173,8 @@ class TextGenerator(ExportModel):
 
     def _step(self, ids: np.ndarray, mask: np.ndarray, cache: Feeds) -> tuple[np.ndarray, Feeds]:
         """ids (B, T), mask (B, P + T) -> logits at the last position (B, V), the cache with T more."""
-        outputs = self._decoder.run({"input_ids": ids, "attention_mask": mask, **cache}, self._outputs)
+        feeds = {**pick(self._io, input_ids=ids, attention_mask=mask), **cache}
+        outputs = self._decoder.run(feeds, self._outputs)
         return np.ascontiguousarray(outputs[0][:, -1]), self._cache.next_feeds(outputs[1:])
 
     def _budgets(self, request: _Request) -> list[int]:
@@ -216,22 +219,10 @@ class TextGenerator(ExportModel):
     # Checking inputs.
 
     def _frame(self, prompts: Sequence[str]) -> list[list[int]]:
-        if isinstance(prompts, str) or not isinstance(prompts, Sequence):
-            raise InputError("prompt must be a str or a list of str")
-        if len(prompts) == 0:
-            raise InputError("give at least one prompt")
-        rows = []
-        for index, prompt in enumerate(prompts):
-            if not isinstance(prompt, str):
-                raise InputError(f"prompt {index} must be a str, got {type(prompt).__name__}")
-            row = [*self.prefix, *self.tokenizer.encode(prompt, limit=self.max_len)]
-            if len(row) > self.max_len:
-                raise InputError(
-                    f"prompt {index} is {len(row)} tokens with <s>, but the model's context is "
-                    f"{self.max_len}; shorten the prompt"
-                )
-            rows.append(row)
-        return rows
+        return self.frame_all(prompts, what="prompt")
+
+    def warm_up(self) -> None:
+        self.generate_ids([self.frame("a", what="prompt")], max_new_tokens=1, temperature=0)
 
     def _request(
         self,
@@ -247,9 +238,9 @@ class TextGenerator(ExportModel):
     ) -> _Request:
         rows = check_token_rows(prompts, vocab_size=self.vocab_size, limit=self.max_len, what="prompt")
         if max_new_tokens is None:
-            max_new_tokens = self.defaults.get("max_new_tokens", self.max_len)
+            max_new_tokens = self.defaults.max_new_tokens
         if stop_tokens is None:
-            stop_tokens = self.defaults.get("stop_tokens", [self.tokenizer.special_tokens["eos"]])
+            stop_tokens = list(self.defaults.stop_tokens)
         return _Request(
             rows=rows,
             max_new_tokens=check_max_new_tokens(max_new_tokens),

@@ -171,8 +171,7 @@ def _greedy_case(model, item: dict) -> GoldenResult:
 
 def _embedding_case(model, embeddings: dict, item: dict) -> GoldenResult:
     label = f"embed {item['text']!r}"
-    special = model.tokenizer.special_tokens
-    framed = [special["cls"], *model.tokenizer.encode(item["text"]), special["sep"]]
+    framed = model.frame(item["text"])  # the manifest's framing (<cls> + text + <sep> for BERT)
     if framed != item["input_ids"]:
         return GoldenResult(
             END_TO_END, label, f"input ids {framed} differ from the golden {item['input_ids']}"

@@ -8,6 +8,7 @@ its manifest entry (with the parity figures) comes along. ONNX Runtime does not 
 fields directly.
 """
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -48,15 +49,18 @@ def inspect_folder(path: str | Path, *, verify: bool = False) -> dict[str, Any]:
         "path": str(path),
         "export_kind": manifest.export_kind,
         "family": manifest.family,
+        "task": manifest.task,
         "format_version": manifest.format_version,
         "opset": manifest.opset,
         "versions": dict(manifest.versions),
         "config": dict(manifest.config),
         "tokenizer": manifest.tokenizer,
         "graphs": dict(manifest.graphs),
-        "kv_cache": dict(manifest.kv_cache),
+        "io": {role: _plain(io) for role, io in manifest.io.items()},
+        "kv_cache": _plain(manifest.kv_cache),
         "special_tokens": dict(manifest.special_tokens),
-        "generation": dict(manifest.generation),
+        "generation": _plain(manifest.generation),
+        "framing": {key: _plain(framing) for key, framing in manifest.framing.items()},
         "extra": dict(manifest.extra),
         "files": [describe_entry(entry, manifest) for entry in manifest.files],
         "total_size": sum(entry.size for entry in manifest.files),
@@ -67,6 +71,11 @@ def inspect_folder(path: str | Path, *, verify: bool = False) -> dict[str, Any]:
         checks = [{"path": c.entry.path, "ok": c.ok, "problem": c.problem} for c in check_export(folder)]
         result["verify"] = {"ok": all(c["ok"] for c in checks), "files": checks}
     return result
+
+
+def _plain(value: Any) -> dict[str, Any]:
+    """A contract dataclass as JSON-ready data ({} for None), tuples as lists."""
+    return {} if value is None else json.loads(json.dumps(dataclasses.asdict(value)))
 
 
 def describe_entry(entry: FileEntry, manifest: Manifest) -> dict[str, Any]:

@@ -1,19 +1,28 @@
-"""The schema of `manifest.json`: the contract between the exporter (builder) and the runtime.
+"""The schema of `manifest.json`: the contract between the exporter (builder) and the runtimes.
 
-The builder builds a `Manifest` and writes `manifest.to_json()`; the runtime reads it with
-`Manifest.from_json`, which checks every field and names each problem it finds. Unknown format versions
-are refused: a newer exporter's folder fails with a message to upgrade onnxformer rather than being
-misread.
+The builder builds a `Manifest` and writes `manifest.to_json()`; the Python runtime reads it with
+`Manifest.from_json`, which checks every field and names each problem it finds, and the Node host reads the
+same fields. Everything a runtime needs to know about a model is here, so neither runtime has a table of
+families:
+
+- `task`: which model class runs it ("generate": TextGenerator, "encode": TextEncoder, "seq2seq":
+  TextToText) and so which graph roles it needs (`TASKS`);
+- `framing`: how a text becomes the ids a graph reads (special-token names before and after its tokens);
+- `io`: per graph role, the inputs the runtime feeds and the outputs it reads;
+- `kv_cache`: the KV-cache tensors' names and shapes; `generation`: the decoding defaults.
+
+Unknown format versions are refused: a newer exporter's folder fails with a message to upgrade onnxformer,
+an older one with the command that re-exports it, rather than being misread.
 """
 
 import json
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from onnxformer.runtime.errors import ManifestError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST_NAME = "manifest.json"
 DTYPES = ("float32", "float16", "int64", "int32", "bool")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -90,20 +99,155 @@ class Goldens:
 
 
 EXPORT_KINDS = ("blocks", "model")
-FAMILIES = ("gpt", "bert", "t5")
+Task = Literal["generate", "encode", "seq2seq"]
+# The commands that write each kind of export, named in the error an old folder gets.
+EXPORT_COMMANDS = {
+    "model": "onnxformer export CHECKPOINT --out DIR",
+    "blocks": "onnxformer export-blocks --out DIR",
+}
+# The graph inputs a runtime knows how to feed (besides the KV cache), and what it feeds them:
+INPUT_NAMES = (
+    "input_ids",  # (B, T) int64: the framed text (the decoder's tokens for "generate")
+    "attention_mask",  # (B, T) int64, 1 = a real token (for the decoder: past + new positions)
+    "token_type_ids",  # (B, T) int64, all 0 (one segment)
+    "decoder_input_ids",  # (B, T) int64: the decoder's tokens ("seq2seq")
+    "decoder_attention_mask",  # (B, P + T) int64
+    "encoder_attention_mask",  # (B, S) int64: the source's mask, fed to the decoder
+)
+# The outputs a runtime reads, by what they hold; "{i}" in a name stands for the layer.
+OUTPUT_KEYS = (
+    "logits",  # (B, T, V) next-token logits
+    "last_hidden_state",  # (B, T, D)
+    "sentence_embedding",  # (B, D) mean of the real tokens' last hidden states
+    "mlm_logits",  # (B, T, V) masked-token logits
+    "class_logits",  # (B, num_labels)
+    "self_attentions",  # "{i}": (B, H, T, T) softmax weights of layer i (the encoder's, for seq2seq)
+    "cross_attentions",  # "{i}": (B, H, T, S) the decoder's weights over the source
+)
+CACHE_LAYOUT = ("batch", "heads", "sequence", "head_dim")
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What a task needs from a manifest (the runtime's model class for it lives in `runtime.load`)."""
+
+    roles: tuple[str, ...]  # the graph roles it runs
+    text: str  # the framing key of the text it reads
+    cached: bool  # the "decoder" role takes and returns a KV cache
+    cross: bool  # the "encoder" role returns cross keys/values that the "decoder" takes
+
+
+TASKS: dict[str, TaskSpec] = {
+    "generate": TaskSpec(roles=("decoder",), text="prompt", cached=True, cross=False),
+    "encode": TaskSpec(roles=("encoder",), text="text", cached=False, cross=False),
+    "seq2seq": TaskSpec(roles=("encoder", "decoder"), text="source", cached=True, cross=True),
+}
+
+
+@dataclass(frozen=True)
+class Framing:
+    """How a text becomes the ids a graph reads: these special tokens (names in `special_tokens`), then the
+    text's tokens, then `suffix`. GPT prompt: <s> + text; BERT text: <cls> + text + <sep>; T5 source:
+    text + </s>."""
+
+    prefix: tuple[str, ...] = ()
+    suffix: tuple[str, ...] = ()
+
+    def ids(self, tokens: list[int], special: dict[str, int]) -> list[int]:
+        """`tokens` framed, the names resolved through `special` (name -> id)."""
+        return [*(special[name] for name in self.prefix), *tokens, *(special[name] for name in self.suffix)]
+
+    def describe(self) -> str:
+        """e.g. "<cls> + text + <sep>", for messages."""
+        return " + ".join([*(f"<{n}>" for n in self.prefix), "text", *(f"<{n}>" for n in self.suffix)])
+
+
+@dataclass(frozen=True)
+class GraphIO:
+    """What the runtime feeds one graph (besides the KV cache) and the outputs it reads from it.
+
+    `inputs` are names from `INPUT_NAMES`; `outputs` maps a key from `OUTPUT_KEYS` to the graph's output
+    name ("{i}" for per-layer outputs). An output the graph lacks is simply not listed: a method that needs
+    it says the export has no such head."""
+
+    inputs: tuple[str, ...]
+    outputs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class KVCache:
+    """The KV cache of the "decoder" role: inputs `past_*`, outputs `present_*` (and for seq2seq `cross_*`,
+    outputs of the "encoder" and inputs of the "decoder"), one name pattern each with "{i}" for the layer,
+    every tensor laid out (batch, kv_heads, sequence, head_dim) in float32."""
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+    past_key: str
+    past_value: str
+    present_key: str
+    present_value: str
+    cross_key: str | None = None
+    cross_value: str | None = None
+    layout: tuple[str, ...] = CACHE_LAYOUT
+
+    def past_names(self) -> list[str]:
+        """Self-attention cache inputs, layer by layer, key then value."""
+        return _per_layer(self.layers, self.past_key, self.past_value)
+
+    def present_names(self) -> list[str]:
+        """Self-attention cache outputs, in the order of `past_names`."""
+        return _per_layer(self.layers, self.present_key, self.present_value)
+
+    def cross_names(self) -> list[str]:
+        """Cross-attention keys and values (empty without them), layer by layer, key then value."""
+        if self.cross_key is None or self.cross_value is None:
+            return []
+        return _per_layer(self.layers, self.cross_key, self.cross_value)
+
+
+def _per_layer(layers: int, key: str, value: str) -> list[str]:
+    return [name.replace("{i}", str(i)) for i in range(layers) for name in (key, value)]
+
+
+@dataclass(frozen=True)
+class GenerationDefaults:
+    """Decoding defaults, used for every option a call leaves unset; temperature 0 is greedy."""
+
+    max_new_tokens: int
+    temperature: float
+    top_k: int  # 0: no top-k cut
+    top_p: float  # 1.0: no nucleus cut
+    stop_tokens: tuple[int, ...]  # ids that end a row (left out of its result)
+    decoder_start_token_id: int | None = None  # seq2seq: the decoder's first token
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The typed part of `config` every runtime reads (the rest is the family's, for the builder)."""
+
+    vocab_size: int
+    max_len: int  # positions, prompt or source included
+    d_model: int
+    n_layers: int
+    n_heads: int
+    num_labels: int | None = None  # classification head width, when there is one
+
+
+SHAPE_KEYS = ("vocab_size", "max_len", "d_model", "n_layers", "n_heads")
 
 
 @dataclass(frozen=True)
 class Manifest:
     """What an export folder holds. For `export_kind == "model"` the model fields are filled:
 
-    - `graphs`: role -> file, roles "decoder" (gpt, t5), "encoder" (bert, t5), "attentions" (all);
-    - `kv_cache`: {"layers", "heads", "head_dim", "past_key", "past_value", "present_key", "present_value",
-      "cross_key", "cross_value" (t5)}: input/output name patterns with "{i}" for the layer, tensors laid
-      out (batch, heads, sequence, head_dim);
-    - `special_tokens`: name -> id (pad, bos, eos, unk, mask, sep, cls);
-    - `generation`: defaults (max_new_tokens, temperature, top_k, top_p, stop_tokens, and for t5
-      decoder_start_token_id); `config`: the model config; `tokenizer`: the tokenizer file.
+    - `family`: the architecture's name (informational: "gpt", "bert", "t5", ...); `task`: what runs it;
+    - `graphs`: role -> file, roles "decoder", "encoder" (as `TASKS[task].roles` needs), "attentions";
+      `io`: role -> the names the runtime feeds and reads (`GraphIO`);
+    - `kv_cache` (generate, seq2seq), `generation` (generate, seq2seq), `framing` (text key -> `Framing`,
+      at least `TASKS[task].text`);
+    - `special_tokens`: name -> id (pad, bos, eos, unk, mask, sep, cls); `config`: the model config (its
+      common part typed as `shape`); `tokenizer`: the tokenizer file.
     """
 
     export_kind: str  # "blocks" or "model"
@@ -112,14 +256,32 @@ class Manifest:
     files: tuple[FileEntry, ...]
     format_version: int = FORMAT_VERSION
     family: str | None = None
+    task: Task | None = None
     config: dict[str, Any] = field(default_factory=dict)
     tokenizer: str | None = None
     special_tokens: dict[str, int] = field(default_factory=dict)
     graphs: dict[str, str] = field(default_factory=dict)
-    kv_cache: dict[str, Any] = field(default_factory=dict)
-    generation: dict[str, Any] = field(default_factory=dict)
+    io: dict[str, GraphIO] = field(default_factory=dict)
+    kv_cache: KVCache | None = None
+    generation: GenerationDefaults | None = None
+    framing: dict[str, Framing] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     goldens: Goldens | None = None
+
+    @property
+    def shape(self) -> ModelShape:
+        """The config's common fields, typed (checked when a model manifest is parsed)."""
+        return _parse_shape(self.config)
+
+    @property
+    def task_spec(self) -> TaskSpec:
+        if self.task not in TASKS:
+            raise _fail("task", f"must be one of {tuple(TASKS)} for a model export, got {self.task!r}")
+        return TASKS[self.task]
+
+    def text_framing(self) -> Framing:
+        """The framing of the text the task reads (a GPT prompt, a BERT text, a T5 source)."""
+        return self.framing[self.task_spec.text]
 
     def file(self, path: str) -> FileEntry:
         for entry in self.files:
@@ -228,11 +390,7 @@ def _parse_manifest(data: Any) -> Manifest:
         raise _fail("the top level", "must be a JSON object")
     version = _get(data, "format_version", int, "")
     if version != FORMAT_VERSION:
-        hint = "upgrade onnxformer" if version > FORMAT_VERSION else "re-export the folder"
-        raise ManifestError(
-            f"{MANIFEST_NAME}: format_version {version} is not supported (this onnxformer reads "
-            f"{FORMAT_VERSION}); {hint}"
-        )
+        raise _unsupported(version, data.get("export_kind"))
     files = _get(data, "files", list, "")
     versions = _get(data, "versions", dict, "")
     kind = _get(data, "export_kind", str, "")
@@ -245,12 +403,18 @@ def _parse_manifest(data: Any) -> Manifest:
         files=tuple(_parse_file(item, f"files[{i}]") for i, item in enumerate(files)),
         format_version=version,
         family=_get(data, "family", (str, type(None)), "") if "family" in data else None,
+        task=_get(data, "task", (str, type(None)), "") if "task" in data else None,
         config=_optional(data, "config", dict),
         tokenizer=_get(data, "tokenizer", (str, type(None)), "") if "tokenizer" in data else None,
         special_tokens=_optional(data, "special_tokens", dict),
         graphs=_optional(data, "graphs", dict),
-        kv_cache=_optional(data, "kv_cache", dict),
-        generation=_optional(data, "generation", dict),
+        io={str(role): _parse_io(item, f"io.{role}") for role, item in _optional(data, "io", dict).items()},
+        kv_cache=_parse_kv_cache(data.get("kv_cache"), "kv_cache"),
+        generation=_parse_generation(data.get("generation"), "generation"),
+        framing={
+            str(key): _parse_framing(item, f"framing.{key}")
+            for key, item in _optional(data, "framing", dict).items()
+        },
         extra=_optional(data, "extra", dict),
         goldens=_parse_goldens(data.get("goldens"), "goldens"),
     )
@@ -259,6 +423,133 @@ def _parse_manifest(data: Any) -> Manifest:
     if kind == "model":
         _check_model_fields(manifest)
     return manifest
+
+
+def _unsupported(version: int, kind: Any) -> ManifestError:
+    reads = (
+        f"{MANIFEST_NAME}: format_version {version} is not supported (this onnxformer reads {FORMAT_VERSION})"
+    )
+    if version > FORMAT_VERSION:
+        return ManifestError(f"{reads}; upgrade onnxformer to read it")
+    command = EXPORT_COMMANDS.get(kind) if isinstance(kind, str) else None
+    how = f"`{command}`" if command else " or ".join(f"`{c}`" for c in EXPORT_COMMANDS.values())
+    return ManifestError(f"{reads}; re-export the folder with this onnxformer: {how}")
+
+
+def _names(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+        raise _fail(where, "must be a list of non-empty names")
+    return tuple(value)
+
+
+def _pattern(data: dict, key: str, where: str) -> str:
+    value = _get(data, key, str, where)
+    if "{i}" not in value:
+        raise _fail(f"{where}{key}", f"must be a name with '{{i}}' for the layer, got {value!r}")
+    return value
+
+
+def _positive(data: dict, key: str, where: str) -> int:
+    value = _get(data, key, int, where)
+    if value <= 0:
+        raise _fail(f"{where}{key}", f"must be a positive integer, got {value}")
+    return value
+
+
+def _parse_io(item: Any, where: str) -> GraphIO:
+    if not isinstance(item, dict):
+        raise _fail(where, "must be an object")
+    at = f"{where}."
+    inputs = _names(_get(item, "inputs", list, at), f"{at}inputs")
+    unknown = [name for name in inputs if name not in INPUT_NAMES]
+    if unknown:
+        raise _fail(
+            f"{at}inputs",
+            f"names {unknown}, which this runtime cannot feed (it feeds {INPUT_NAMES})",
+        )
+    outputs = _get(item, "outputs", dict, at)
+    for key, name in outputs.items():
+        if key not in OUTPUT_KEYS:
+            raise _fail(f"{at}outputs.{key}", f"is not an output this runtime reads ({OUTPUT_KEYS})")
+        if not isinstance(name, str) or not name:
+            raise _fail(f"{at}outputs.{key}", "must be a graph output name")
+    return GraphIO(inputs, dict(outputs))
+
+
+def _parse_kv_cache(item: Any, where: str) -> KVCache | None:
+    if item is None:
+        return None
+    if not isinstance(item, dict):
+        raise _fail(where, "must be an object or null")
+    at = f"{where}."
+    layout = tuple(_names(_get(item, "layout", list, at), f"{at}layout"))
+    if layout != CACHE_LAYOUT:
+        raise _fail(
+            f"{at}layout", f"must be {list(CACHE_LAYOUT)} (the layout this runtime feeds), got {list(layout)}"
+        )
+    cross = {
+        key: _pattern(item, key, at) if item.get(key) is not None else None
+        for key in ("cross_key", "cross_value")
+    }
+    if (cross["cross_key"] is None) != (cross["cross_value"] is None):
+        raise _fail(f"{at}cross_key/cross_value", "must both be names or both be null")
+    return KVCache(
+        layers=_positive(item, "layers", at),
+        kv_heads=_positive(item, "kv_heads", at),
+        head_dim=_positive(item, "head_dim", at),
+        past_key=_pattern(item, "past_key", at),
+        past_value=_pattern(item, "past_value", at),
+        present_key=_pattern(item, "present_key", at),
+        present_value=_pattern(item, "present_value", at),
+        layout=layout,
+        **cross,
+    )
+
+
+def _parse_generation(item: Any, where: str) -> GenerationDefaults | None:
+    if item is None:
+        return None
+    if not isinstance(item, dict):
+        raise _fail(where, "must be an object or null")
+    at = f"{where}."
+    max_new_tokens = _get(item, "max_new_tokens", int, at)
+    temperature = float(_get(item, "temperature", (int, float), at))
+    top_k = _get(item, "top_k", int, at)
+    top_p = float(_get(item, "top_p", (int, float), at))
+    stop_tokens = _get(item, "stop_tokens", list, at)
+    start = (
+        _get(item, "decoder_start_token_id", (int, type(None)), at)
+        if "decoder_start_token_id" in item
+        else None
+    )
+    if max_new_tokens < 0:
+        raise _fail(f"{at}max_new_tokens", "must be an integer >= 0")
+    if not temperature >= 0:
+        raise _fail(f"{at}temperature", "must be a number >= 0 (0 is greedy)")
+    if top_k < 0:
+        raise _fail(f"{at}top_k", "must be an integer >= 0 (0: no top-k cut)")
+    if not 0 < top_p <= 1:
+        raise _fail(f"{at}top_p", "must be a number in (0, 1]")
+    for value in [*stop_tokens, start]:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise _fail(f"{at}stop_tokens/decoder_start_token_id", f"must be token ids >= 0, got {value!r}")
+    return GenerationDefaults(max_new_tokens, temperature, top_k, top_p, tuple(stop_tokens), start)
+
+
+def _parse_framing(item: Any, where: str) -> Framing:
+    if not isinstance(item, dict):
+        raise _fail(where, "must be an object with prefix and suffix lists")
+    at = f"{where}."
+    return Framing(
+        prefix=_names(_get(item, "prefix", list, at), f"{at}prefix"),
+        suffix=_names(_get(item, "suffix", list, at), f"{at}suffix"),
+    )
+
+
+def _parse_shape(config: dict[str, Any]) -> ModelShape:
+    values = {key: _positive(config, key, "config.") for key in SHAPE_KEYS}
+    labels = _positive(config, "num_labels", "config.") if config.get("num_labels") is not None else None
+    return ModelShape(**values, num_labels=labels)
 
 
 def _parse_goldens(item: Any, where: str) -> Goldens | None:
@@ -323,22 +614,79 @@ def _optional(data: dict, key: str, kind: type) -> Any:
 
 
 def _check_model_fields(manifest: Manifest) -> None:
-    if manifest.family not in FAMILIES:
-        raise _fail("family", f"must be one of {FAMILIES} for a model export, got {manifest.family!r}")
+    if not isinstance(manifest.family, str) or not manifest.family:
+        raise _fail("family", "must name the model's architecture for a model export")
+    spec = manifest.task_spec
     listed = {entry.path for entry in manifest.files}
-    needed = {"gpt": ("decoder",), "bert": ("encoder",), "t5": ("encoder", "decoder")}[manifest.family]
-    for role in needed:
+    for role in spec.roles:
         if role not in manifest.graphs:
-            raise _fail("graphs", f"lacks the {role!r} graph a {manifest.family} export needs")
+            raise _fail("graphs", f"lacks the {role!r} graph the {manifest.task!r} task needs")
     for role, path in manifest.graphs.items():
-        if path not in listed:
+        if not isinstance(path, str) or path not in listed:
             raise _fail(f"graphs.{role}", f"names {path!r}, which is not in files")
+        if role not in manifest.io:
+            raise _fail("io", f"lacks the names of the {role!r} graph's inputs and outputs")
+    for role, io in manifest.io.items():
+        if role not in manifest.graphs:
+            raise _fail(f"io.{role}", "describes a graph that graphs does not list")
+        _check_io_names(manifest, role, io)
     if manifest.tokenizer is None or manifest.tokenizer not in listed:
         raise _fail("tokenizer", "must name a file listed in files")
     for name, value in manifest.special_tokens.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise _fail(f"special_tokens.{name}", "must be an integer id >= 0")
-    for key in ("vocab_size", "max_len", "n_layers", "n_heads", "d_model"):
-        value = manifest.config.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise _fail(f"config.{key}", "must be a positive integer")
+    shape = manifest.shape
+    if spec.text not in manifest.framing:
+        raise _fail(
+            "framing", f"lacks {spec.text!r}, the framing of the text the {manifest.task!r} task reads"
+        )
+    for key, framing in manifest.framing.items():
+        unknown = [n for n in (*framing.prefix, *framing.suffix) if n not in manifest.special_tokens]
+        if unknown:
+            raise _fail(f"framing.{key}", f"names {unknown}, which special_tokens lacks")
+    if spec.cached:
+        _check_cache(manifest.kv_cache, cross=spec.cross)
+        generation = manifest.generation
+        if generation is None:
+            raise _fail("generation", f"is missing; the {manifest.task!r} task decodes with its defaults")
+        for token in [*generation.stop_tokens, generation.decoder_start_token_id]:
+            if token is not None and token >= shape.vocab_size:
+                raise _fail(
+                    "generation", f"names token {token}, outside the vocabulary of {shape.vocab_size}"
+                )
+        if spec.cross and generation.decoder_start_token_id is None:
+            raise _fail(
+                "generation.decoder_start_token_id", f"is missing; the {manifest.task!r} task needs it"
+            )
+
+
+def _check_io_names(manifest: Manifest, role: str, io: GraphIO) -> None:
+    """Every name `io` (and the cache, for the decoder) gives is one the graph's file entry lists."""
+    entry = manifest.file(manifest.graphs[role])
+    inputs = {spec.name for spec in entry.inputs}
+    outputs = {spec.name for spec in entry.outputs}
+    wanted_in = list(io.inputs)
+    wanted_out = [name.replace("{i}", "0") for name in io.outputs.values()]
+    cache = manifest.kv_cache
+    if cache is not None and role == "decoder":
+        wanted_in += cache.cross_names() + cache.past_names()
+        wanted_out += cache.present_names()
+    if cache is not None and role == "encoder":
+        wanted_out += cache.cross_names()
+    missing = [name for name in wanted_in if name not in inputs]
+    missing += [name for name in wanted_out if name not in outputs]
+    if missing:
+        raise _fail(
+            f"io.{role}", f"names {missing}, which {entry.path} does not list among its inputs/outputs"
+        )
+
+
+def _check_cache(cache: KVCache | None, *, cross: bool) -> None:
+    if cache is None:
+        raise _fail("kv_cache", "is missing; a task that decodes step by step needs its cache layout")
+    if cross and cache.cross_key is None:
+        raise _fail(
+            "kv_cache.cross_key/cross_value", "are missing; seq2seq feeds the encoder's keys and values"
+        )
+    if not cross and cache.cross_key is not None:
+        raise _fail("kv_cache.cross_key/cross_value", "must be null for a decoder without an encoder")

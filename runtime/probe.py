@@ -10,6 +10,9 @@ request (for one .onnx file: read it and create its session). The child runs und
 - wall-clock time (`timeout_s`; the child's whole process group is killed when it runs over) and CPU time;
 - no core dumps, and files it writes are capped, so it cannot fill the disk either.
 
+The child is `onnxformer.runtime.probe_child` (`python -m onnxformer.runtime.probe_child`), a module of
+its own so that this one, which `load` uses, imports nothing of the model classes.
+
 The result says what happened: "ok", "error" (a Python exception, which the caller would also have got as
 an exception), "crashed" (killed by a signal, with its number and name), "timed_out" or "out_of_memory".
 `load(folder, untrusted=True)` probes first and loads only after "ok"; the `--untrusted` flag of
@@ -23,7 +26,6 @@ Limits are POSIX `resource` limits: on systems without them the probe still isol
 but not memory.
 """
 
-import argparse
 import contextlib
 import json
 import os
@@ -36,13 +38,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from onnxformer.runtime.errors import ConfigError, ManifestError, OnnxformerError
+from onnxformer.runtime.errors import ConfigError
 
 Status = Literal["ok", "error", "crashed", "timed_out", "out_of_memory"]
 DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_MEMORY_MB = 4096
-_OUTPUT_LIMIT = 64 * 2**20  # most bytes the child may write to any one file (stdout and stderr included)
-_OOM_MARKERS = ("bad_alloc", "Failed to allocate", "out of memory", "MemoryError", "Cannot allocate")
+OUTPUT_LIMIT = 64 * 2**20  # most bytes the child may write to any one file (stdout and stderr included)
+OOM_MARKERS = ("bad_alloc", "Failed to allocate", "out of memory", "MemoryError", "Cannot allocate")
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,7 @@ def probe_export(
     command = [
         sys.executable,
         "-m",
-        "onnxformer.runtime.probe",
+        "onnxformer.runtime.probe_child",
         "--memory-mb",
         str(memory_mb),
         "--cpu-s",
@@ -122,14 +124,14 @@ def _result(returncode: int, report: dict | None, errors: str, seconds: float) -
         if number == signal.SIGXCPU:
             return ProbeResult("timed_out", f"the probe used up its CPU time ({name})", seconds, number)
         hint = " (likely out of memory)" if number in (signal.SIGKILL, signal.SIGABRT, signal.SIGSEGV) else ""
-        if any(marker in errors for marker in _OOM_MARKERS):
+        if any(marker in errors for marker in OOM_MARKERS):
             return ProbeResult(
                 "out_of_memory", f"the probe ran out of memory and died ({name})", seconds, number
             )
         detail = f"the probe crashed with signal {number} ({name}){hint}"
         return ProbeResult("crashed", detail + (f": {last_error}" if last_error else ""), seconds, number)
     if report is None:
-        if any(marker in errors for marker in _OOM_MARKERS):
+        if any(marker in errors for marker in OOM_MARKERS):
             return ProbeResult("out_of_memory", f"the probe ran out of memory: {last_error}", seconds)
         return ProbeResult(
             "error", f"the probe exited with code {returncode} and no report: {last_error}", seconds
@@ -172,106 +174,3 @@ def _last_json_line(data: bytes) -> dict | None:
                 return None
             return report if isinstance(report, dict) and "status" in report else None
     return None
-
-
-# The child.
-
-
-def _limit(memory_mb: int, cpu_s: int) -> None:
-    try:
-        import resource
-    except ImportError:  # not POSIX: crashes and hangs are still isolated
-        return
-    for name, value in (
-        ("RLIMIT_AS", memory_mb * 2**20),
-        ("RLIMIT_CPU", cpu_s),
-        ("RLIMIT_CORE", 0),
-        ("RLIMIT_FSIZE", _OUTPUT_LIMIT),
-    ):
-        limit = getattr(resource, name, None)
-        if limit is not None:
-            resource.setrlimit(limit, (value, value))
-
-
-def _probe(path: Path, steps: list[str], report: dict[str, Any]) -> None:
-    """What loading does, step by step; raises whatever the first failing step raises."""
-    from onnxformer.runtime.folder import (
-        MAX_MODEL_BYTES,
-        ExportFolder,
-        read_regular_file,
-        refuse_external_data,
-    )
-    from onnxformer.runtime.goldens import run_goldens
-    from onnxformer.runtime.session import create_session
-
-    if not path.exists() and not path.is_symlink():
-        raise ManifestError(f"{path} does not exist; pass an export folder or an .onnx file")
-    if not path.is_dir():
-        data = read_regular_file(path, limit=MAX_MODEL_BYTES)
-        refuse_external_data(data, name=path.name)
-        steps.append(f"read {path.name} ({len(data)} bytes), no external data")
-        create_session(data, device="cpu", threads=1)
-        steps.append(f"created an ONNX Runtime session for {path.name}")
-        return
-    folder = ExportFolder.open(path)
-    report["manifest_sha256"] = folder.manifest_sha256
-    steps.append(f"parsed manifest.json ({len(folder.manifest.files)} files)")
-    for entry in folder.manifest.files:
-        data = folder.read(entry.path)
-        if entry.path.endswith(".onnx"):
-            create_session(data, device="cpu", threads=1)
-    steps.append("checked every file and created a session for every ONNX file")
-    if folder.manifest.goldens is not None:
-        failed = [golden for golden in run_goldens(folder) if not golden.ok]
-        steps.append(f"ran the golden test data ({len(failed)} cases off; `verify` reports them)")
-    if folder.manifest.export_kind == "model":
-        _tiny_run(path)
-        steps.append("loaded the model and ran one tiny request")
-
-
-def _tiny_run(path: Path) -> None:
-    from onnxformer.runtime.loader import load
-
-    model = load(path, device="cpu", threads=1)
-    if model.family == "bert":
-        model.embed("a")
-    elif model.family == "gpt":
-        model.generate_ids(
-            [model.prefix or [model.tokenizer.special_tokens["bos"]]], max_new_tokens=1, temperature=0
-        )
-    else:
-        model.generate_ids([[model.export.special["eos"]]], max_new_tokens=1, temperature=0)
-
-
-def _child(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m onnxformer.runtime.probe")
-    parser.add_argument("--memory-mb", type=int, default=DEFAULT_MEMORY_MB)
-    parser.add_argument("--cpu-s", type=int, default=int(DEFAULT_TIMEOUT_S))
-    parser.add_argument("path", type=Path)
-    args = parser.parse_args(argv)
-    # The libraries load before the limits apply: the limits are for what the model makes them do.
-    from onnxformer.runtime import loader  # noqa: F401  (numpy, tokenizers)
-    from onnxformer.runtime.session import _onnxruntime
-
-    _onnxruntime()
-    _limit(args.memory_mb, args.cpu_s)
-    steps: list[str] = []
-    report: dict[str, Any] = {"status": "ok", "detail": "", "steps": steps}
-    try:
-        _probe(args.path, steps, report)
-        report["detail"] = steps[-1] if steps else "nothing to do"
-    except MemoryError:
-        report.update(status="out_of_memory", detail="the probe ran out of memory (MemoryError)")
-    except OnnxformerError as error:
-        report.update(status="error", detail=str(error))
-    except BaseException as error:  # ONNX Runtime's errors are untyped; a Rust panic is a BaseException
-        text = str(error).strip().splitlines()[0][:500] if str(error).strip() else type(error).__name__
-        status = "out_of_memory" if any(marker in str(error) for marker in _OOM_MARKERS) else "error"
-        report.update(status=status, detail=f"{type(error).__name__}: {text}")
-    sys.stdout.write("\n" + json.dumps(report) + "\n")
-    sys.stdout.flush()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_child(sys.argv[1:]))

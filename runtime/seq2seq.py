@@ -1,14 +1,16 @@
-"""T5 text to text on an export folder: `TextToText.load(folder).generate("some source text")`.
+"""Text to text on a "seq2seq" export (T5): `TextToText.load(folder).generate("some source text")`.
 
-Sources are framed as the text's tokens + </s> and left padded. The encoder runs once per call and also
-returns each decoder layer's cross-attention keys and values, which every decoder step reuses; the decoder
-starts from decoder_start_token_id (<s>) with the self-attention cache and stops at </s>. Greedy and seeded
-sampling follow the PyTorch reference (`onnxformer.builder.generation.generate_seq2seq`) token for token;
-`num_beams > 1` runs beam search (`onnxformer.runtime.decoding.beam_search`) on the same graphs.
+Sources are framed as the manifest's `framing.source` says (the text's tokens + </s> for T5) and left
+padded. The encoder runs once per call and also returns each decoder layer's cross-attention keys and
+values, which every decoder step reuses; the decoder starts from `generation.decoder_start_token_id` (<s>)
+with the self-attention cache and stops at </s>. Greedy and seeded sampling follow the PyTorch reference
+(`onnxformer.builder.generation.generate_seq2seq`) token for token; `num_beams > 1` runs beam search
+(`onnxformer.runtime.decoding.beam_search`) on the same graphs.
 """
 
 from collections.abc import Sequence
 from functools import partial
+from typing import ClassVar
 
 import numpy as np
 
@@ -27,24 +29,29 @@ from onnxformer.runtime.decoding import (
     sampling_config,
 )
 from onnxformer.runtime.errors import InputError
-from onnxformer.runtime.loader import ExportModel, ModelExport
+from onnxformer.runtime.model import ExportModel, ModelExport, pick
 
 
 class TextToText(ExportModel):
-    """A T5 export. Thread-safe: calls share only the ONNX Runtime sessions and the tokenizer."""
+    """A "seq2seq" export (T5). Thread-safe: calls share only the ONNX Runtime sessions and the tokenizer."""
 
-    family = "t5"
+    task = "seq2seq"
+    feeds: ClassVar[dict[str, tuple[str, ...]]] = {
+        "encoder": ("input_ids", "attention_mask"),
+        "decoder": ("decoder_input_ids", "decoder_attention_mask", "encoder_attention_mask"),
+    }
 
     def __init__(self, export: ModelExport) -> None:
         super().__init__(export)
-        self.defaults = dict(export.manifest.generation)
-        self.start_token: int = self.defaults.get(
-            "decoder_start_token_id", export.config.get("decoder_start_token_id", export.special["bos"])
-        )
+        self.defaults = export.manifest.generation
+        self.start_token: int = int(self.defaults.decoder_start_token_id)
         self._encoder = export.sessions["encoder"]
         self._decoder = export.sessions["decoder"]
+        self._encoder_io = export.io("encoder")
+        self._decoder_io = export.io("decoder")
         self._cache = export.cache
-        self._outputs = ["logits", *self._cache.present_names()]
+        self._logits = self._decoder_io.outputs["logits"]
+        self._outputs = [self._logits, *self._cache.present_names()]
 
     def generate(
         self,
@@ -167,13 +174,8 @@ class TextToText(ExportModel):
         (row,) = check_token_rows([source], vocab_size=self.vocab_size, limit=self.max_len, what="source")
         (wanted,) = check_token_rows([target], vocab_size=self.vocab_size, limit=self.max_len, what="target")
         ids = np.array([[self.start_token, *wanted[:-1]]], dtype=np.int64)  # (1, T)
-        feeds = {
-            "decoder_input_ids": ids,
-            "decoder_attention_mask": np.ones_like(ids),
-            **self._memory([row]),
-            **self._cache.empty(1),
-        }
-        (logits,) = self._decoder.run(feeds, ["logits"])  # (1, T, V)
+        feeds = {**self._decoder_feeds(ids, np.ones_like(ids), self._memory([row])), **self._cache.empty(1)}
+        (logits,) = self._decoder.run(feeds, [self._logits])  # (1, T, V)
         log_probs = log_softmax(logits[0])  # (T, V)
         return float(log_probs[np.arange(len(wanted)), wanted].sum())
 
@@ -182,7 +184,8 @@ class TextToText(ExportModel):
         times in a row (beam k of source b is row b * repeat + k)."""
         ids, mask = left_pad(rows, self.export.special["pad"])  # (B, S)
         names = self._cache.cross_names()
-        outputs = self._encoder.run({"input_ids": ids, "attention_mask": mask}, names)  # (B, H, S, Dh) each
+        feeds = pick(self._encoder_io, input_ids=ids, attention_mask=mask)
+        outputs = self._encoder.run(feeds, names)  # (B, H, S, Dh) each
         memory = {"encoder_attention_mask": mask, **dict(zip(names, outputs, strict=True))}
         if repeat > 1:
             memory = {name: np.repeat(value, repeat, axis=0) for name, value in memory.items()}
@@ -192,9 +195,20 @@ class TextToText(ExportModel):
         self, ids: np.ndarray, mask: np.ndarray, cache: Feeds, *, memory: Feeds
     ) -> tuple[np.ndarray, Feeds]:
         """ids (B, T), mask (B, P + T) -> logits at the last position (B, V), the cache with T more."""
-        feeds = {"decoder_input_ids": ids, "decoder_attention_mask": mask, **memory, **cache}
-        outputs = self._decoder.run(feeds, self._outputs)
+        outputs = self._decoder.run({**self._decoder_feeds(ids, mask, memory), **cache}, self._outputs)
         return np.ascontiguousarray(outputs[0][:, -1]), self._cache.next_feeds(outputs[1:])
+
+    def _decoder_feeds(self, ids: np.ndarray, mask: np.ndarray, memory: Feeds) -> Feeds:
+        """The decoder's feeds: its tokens (B, T) and mask (B, P + T), the source's mask (B, S) and the
+        encoder's cross keys and values (`memory`)."""
+        cross = {name: memory[name] for name in self._cache.cross_names()}
+        named = pick(
+            self._decoder_io,
+            decoder_input_ids=ids,
+            decoder_attention_mask=mask,
+            encoder_attention_mask=memory["encoder_attention_mask"],
+        )
+        return {**named, **cross}
 
     def _check(
         self, sources: Sequence[Sequence[int]], max_new_tokens: int | None, stop_tokens: list[int] | None
@@ -202,29 +216,19 @@ class TextToText(ExportModel):
         """Checked source rows, the decoding budget, the stop tokens."""
         rows = check_token_rows(sources, vocab_size=self.vocab_size, limit=self.max_len, what="source")
         if max_new_tokens is None:
-            max_new_tokens = self.defaults.get("max_new_tokens", self.max_len)
+            max_new_tokens = self.defaults.max_new_tokens
         if stop_tokens is None:
-            stop_tokens = self.defaults.get("stop_tokens", [self.export.special["eos"]])
+            stop_tokens = list(self.defaults.stop_tokens)
         stop = check_stop_tokens(stop_tokens, vocab_size=self.vocab_size)
         # The decoder's context is max_len positions, the start token included.
         return rows, min(check_max_new_tokens(max_new_tokens), self.max_len), stop
 
     def _frame(self, texts: Sequence[str]) -> list[list[int]]:
-        if isinstance(texts, str | bytes) or not isinstance(texts, Sequence):
-            raise InputError("text must be a str or a list of str")
-        if len(texts) == 0:
-            raise InputError("give at least one text")
-        rows = []
-        for index, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise InputError(f"text {index} must be a str, got {type(text).__name__}")
-            if not text:
-                raise InputError(f"text {index} is empty; give the text to transform")
-            row = [*self.tokenizer.encode(text, limit=self.max_len), self.export.special["eos"]]
-            if len(row) > self.max_len:
-                raise InputError(
-                    f"text {index} is {len(row)} tokens with </s>, but the model reads at most "
-                    f"{self.max_len}; shorten the text"
-                )
-            rows.append(row)
-        return rows
+        if isinstance(texts, Sequence) and not isinstance(texts, str | bytes):
+            for index, text in enumerate(texts):
+                if text == "":
+                    raise InputError(f"text {index} is empty; give the text to transform")
+        return self.frame_all(texts, what="text")
+
+    def warm_up(self) -> None:
+        self.generate_ids([self.frame("a")], max_new_tokens=1, temperature=0)

@@ -8,13 +8,16 @@ Session settings (measurements in benchmarks/README.md):
   quantized MatMuls into DynamicQuantizeMatMul, and it is cheap (the small GPT's session: 0.146 s with it,
   0.142 s with basic optimisation only), so exports are not saved pre-optimised;
 - `threads` sets the intra-op pool for both the graph and its parallel kernels; the default (None) is
-  ONNX Runtime's, one thread per physical core;
+  ONNX Runtime's, one thread per physical core. It must be an integer from 1 to the CPUs this process
+  may use (`max_threads()`): an intra-op pool larger than that only makes its threads compete for the
+  same cores (and `threads=10**6` once took minutes and 6 GB to start), so it is refused (`check_threads`);
 - on CPU the SkipLayerNormalization fusion is turned off: ONNX Runtime's CPU kernel for it ran 6x slower
   than the Add + LayerNormalization it replaces (7.8 ms against 1.3 ms on a 32x128x384 batch, one thread,
   onnxruntime 1.32, AVX-512), which cost ~8 % of a BERT forward. CUDA keeps the fusion.
 """
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import Literal
 
@@ -55,10 +58,34 @@ class Session:
             ) from error
 
 
+def max_threads() -> int:
+    """The most threads a session may use: the CPUs this process may run on."""
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except (AttributeError, OSError):  # not Linux
+        return max(os.cpu_count() or 1, 1)
+
+
+def check_threads(threads: object, *, name: str = "threads") -> int | None:
+    """`threads` checked: None (ONNX Runtime's default) or an integer from 1 to `max_threads()`.
+
+    Raises `ConfigError` naming `name` (e.g. "--threads" from the CLI) and the allowed range."""
+    if threads is None:
+        return None
+    limit = max_threads()
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= limit:
+        raise ConfigError(
+            f"{name} must be an integer from 1 to {limit} (the CPUs this process may use), got {threads!r}; "
+            "leave it unset for ONNX Runtime's default"
+        )
+    return threads
+
+
 def create_session(model: bytes, *, device: Device = "cpu", threads: int | None = None) -> Session:
     """An InferenceSession on `model` (serialized ONNX bytes) for the chosen device."""
     if device not in DEVICES:
         raise ConfigError(f"device must be one of {DEVICES}, got {device!r}")
+    threads = check_threads(threads)
     ort = _onnxruntime()
     options = ort.SessionOptions()
     options.log_severity_level = 3

@@ -159,7 +159,7 @@ def without_attentions(tmp_path: Path) -> Path:
     folder = tmp_path / "gpt"
     shutil.copytree(EXPORTED / "gpt", folder, ignore=shutil.ignore_patterns("blocks"))
     manifest = json.loads((folder / "manifest.json").read_text())
-    del manifest["graphs"]["attentions"]
+    del manifest["graphs"]["attentions"], manifest["io"]["attentions"]
     manifest["files"] = [f for f in manifest["files"] if not f["path"].startswith(("blocks/", "goldens/"))]
     del manifest["goldens"]
     (folder / "manifest.json").write_text(json.dumps(manifest))
