@@ -71,10 +71,11 @@ int oxf_check_path(const char *relative, oxf_error *err);
 
 typedef struct oxf_model oxf_model;
 
-/* A model export (family gpt, t5 or bert) with its graphs loaded. */
+/* A model export (manifest task generate, encode or seq2seq) with its graphs loaded. */
 oxf_model *oxf_model_open(const char *dir, oxf_error *err);
 void oxf_model_close(oxf_model *model);
-const char *oxf_model_family(const oxf_model *model);
+const char *oxf_model_family(const oxf_model *model); /* informational, e.g. "gpt" */
+const char *oxf_model_task(const oxf_model *model);   /* "generate", "encode" or "seq2seq" */
 
 typedef struct {
   int64_t max_new_tokens;     /* < 0: the manifest's generation.max_new_tokens */
@@ -89,13 +90,15 @@ typedef struct {
   const char *finish_reason; /* "stop" or "length" */
 } oxf_generation;
 
-/* Greedy decoding with the KV cache from framed ids: GPT continues `ids` (<s> included), T5 decodes
- * from the source `ids` (</s> included). `options` may be NULL (the manifest's defaults). */
+/* Greedy decoding with the KV cache from framed ids (the manifest's framing applied, as in the goldens'
+ * input_ids): a generate export (GPT) continues `ids` (<s> included), a seq2seq export (T5) decodes from
+ * the source `ids` (</s> included). `options` may be NULL (the manifest's generation defaults). */
 int oxf_generate(oxf_model *model, const int64_t *ids, size_t n_ids, const oxf_generate_options *options,
                  oxf_generation *out, oxf_error *err);
 void oxf_generation_free(oxf_generation *generation);
 
-/* BERT: one (1, D) output of the encoder (NULL: "sentence_embedding") for framed ids, as D floats. */
+/* An encode export (BERT): one (1, D) output of the encoder by its io key (NULL: "sentence_embedding")
+ * for framed ids (<cls> ... <sep>), as D floats. */
 int oxf_embed(oxf_model *model, const int64_t *ids, size_t n_ids, const char *output, float **values,
               size_t *n_values, oxf_error *err);
 

@@ -139,7 +139,7 @@ void oxf_values_release(OrtValue **values, size_t n) {
   }
 }
 
-int oxf_run(oxf_session *session, const char *const *input_names, const OrtValue *const *inputs, size_t n_in,
+int oxf_run(const oxf_session *session, const char *const *input_names, const OrtValue *const *inputs, size_t n_in,
             const char *const *output_names, size_t n_out, OrtValue **outputs, oxf_error *err) {
   for (size_t i = 0; i < n_out; i++) outputs[i] = NULL;
   char what[512];

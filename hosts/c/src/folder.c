@@ -344,11 +344,27 @@ static int check_manifest(oxf_folder *folder, oxf_error *err) {
     return oxf_fail(err, OXF_MANIFEST_ERROR, "%s must hold a JSON object; re-export the folder",
                     OXF_MANIFEST_NAME);
   const cJSON *version = cJSON_GetObjectItemCaseSensitive(manifest, "format_version");
-  if (!cJSON_IsNumber(version) || version->valuedouble != OXF_FORMAT_VERSION)
+  if (!cJSON_IsNumber(version))
+    return oxf_fail(err, OXF_MANIFEST_ERROR, "%s: format_version is missing; re-export the folder with onnxformer",
+                    OXF_MANIFEST_NAME);
+  if (version->valuedouble != OXF_FORMAT_VERSION) {
+    /* The Python runtime's words (runtime/manifest.py): newer -> upgrade, older -> the re-export command. */
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(manifest, "export_kind");
+    bool blocks = cJSON_IsString(kind) && strcmp(kind->valuestring, "blocks") == 0;
+    bool model = cJSON_IsString(kind) && strcmp(kind->valuestring, "model") == 0;
+    if (version->valuedouble > OXF_FORMAT_VERSION)
+      return oxf_fail(err, OXF_MANIFEST_ERROR,
+                      "%s: format_version %g is not supported (this onnxformer reads %d); upgrade onnxformer to "
+                      "read it",
+                      OXF_MANIFEST_NAME, version->valuedouble, OXF_FORMAT_VERSION);
     return oxf_fail(err, OXF_MANIFEST_ERROR,
-                    "%s has format_version %g, this host reads %d; use a matching onnxformer version or "
-                    "re-export",
-                    OXF_MANIFEST_NAME, cJSON_IsNumber(version) ? version->valuedouble : NAN, OXF_FORMAT_VERSION);
+                    "%s: format_version %g is not supported (this onnxformer reads %d); re-export the folder with "
+                    "this onnxformer: %s",
+                    OXF_MANIFEST_NAME, version->valuedouble, OXF_FORMAT_VERSION,
+                    blocks  ? "`onnxformer export-blocks --out DIR`"
+                    : model ? "`onnxformer export CHECKPOINT --out DIR`"
+                            : "`onnxformer export CHECKPOINT --out DIR` or `onnxformer export-blocks --out DIR`");
+  }
   const cJSON *files = oxf_json_get(manifest, "files", cJSON_Array, "", err);
   if (files == NULL) return -1;
   size_t n = (size_t)cJSON_GetArraySize(files);

@@ -12,7 +12,7 @@
 #include "onnxformer.h"
 
 #define OXF_MANIFEST_NAME "manifest.json"
-#define OXF_FORMAT_VERSION 1
+#define OXF_FORMAT_VERSION 2
 
 /* Fill `err` (if not NULL) and return -1. */
 int oxf_fail(oxf_error *err, oxf_error_kind kind, const char *format, ...)
@@ -107,7 +107,7 @@ int oxf_value_zeros_i64(size_t n, OrtValue **value, oxf_error *err);            
 int oxf_value_shape(const OrtValue *value, int64_t *dims, size_t *rank, ONNXTensorElementDataType *type,
                     size_t *count, oxf_error *err);
 void oxf_values_release(OrtValue **values, size_t n);
-int oxf_run(oxf_session *session, const char *const *input_names, const OrtValue *const *inputs, size_t n_in,
+int oxf_run(const oxf_session *session, const char *const *input_names, const OrtValue *const *inputs, size_t n_in,
             const char *const *output_names, size_t n_out, OrtValue **outputs, oxf_error *err);
 
 /* ---- model.c ---- */

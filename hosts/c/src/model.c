@@ -10,21 +10,30 @@
 
 #include "internal.h"
 
-/* Graph input and output names the families use (the same as hosts/node and the Python runtime). */
+/* What a task runs (manifest `task`, runtime/manifest.py TASKS) and what it can feed each graph role: the
+ * manifest's `io.<role>.inputs` names which of these the graph takes (runtime/manifest.py INPUT_NAMES). */
+typedef enum { GENERATE, ENCODE, SEQ2SEQ } task_kind;
+static const char *const TASK_NAMES[] = {"generate", "encode", "seq2seq"};
+static const char *const ENCODER_FEEDS[] = {"input_ids", "attention_mask", "token_type_ids", NULL};
+static const char *const DECODER_FEEDS[] = {"input_ids", "attention_mask", NULL};
+static const char *const SEQ2SEQ_ENCODER_FEEDS[] = {"input_ids", "attention_mask", NULL};
+static const char *const SEQ2SEQ_DECODER_FEEDS[] = {"decoder_input_ids", "decoder_attention_mask",
+                                                    "encoder_attention_mask", NULL};
+
+/* One graph role: its session and its `io` entry (names owned by the manifest's cJSON tree). */
 typedef struct {
-  const char *input_ids, *attention_mask, *token_type_ids;                      /* gpt, bert, t5 encoder */
-  const char *decoder_input_ids, *decoder_attention_mask, *encoder_attention_mask; /* t5 decoder */
-  const char *logits;
-} io_names;
-static const io_names IO = {"input_ids",         "attention_mask",         "token_type_ids",
-                            "decoder_input_ids", "decoder_attention_mask", "encoder_attention_mask",
-                            "logits"};
+  oxf_session session;
+  const char **inputs;
+  size_t n_inputs;
+  const cJSON *outputs; /* output key -> graph output name */
+} graph_role;
 
 struct oxf_model {
   oxf_folder *folder;
-  char family[8];
+  task_kind task;
+  char family[32];
   int64_t vocab_size, max_len;
-  oxf_session encoder, decoder; /* the roles the family uses are set */
+  graph_role encoder, decoder; /* the roles the task uses are loaded */
   size_t layers;
   int64_t heads, head_dim;
   char **past, **present, **cross; /* 2 * layers names each: layer by layer, key then value */
@@ -83,7 +92,8 @@ static int read_layout(oxf_model *model, const cJSON *manifest, bool cross, oxf_
   if (kv == NULL) return -1;
   int64_t layers;
   if (oxf_json_int(cJSON_GetObjectItemCaseSensitive(kv, "layers"), 1, 1024, &layers, "kv_cache.layers", err) ||
-      oxf_json_int(cJSON_GetObjectItemCaseSensitive(kv, "heads"), 1, 4096, &model->heads, "kv_cache.heads", err) ||
+      oxf_json_int(cJSON_GetObjectItemCaseSensitive(kv, "kv_heads"), 1, 4096, &model->heads, "kv_cache.kv_heads",
+                   err) ||
       oxf_json_int(cJSON_GetObjectItemCaseSensitive(kv, "head_dim"), 1, 65536, &model->head_dim,
                    "kv_cache.head_dim", err))
     return -1;
@@ -94,48 +104,60 @@ static int read_layout(oxf_model *model, const cJSON *manifest, bool cross, oxf_
   return 0;
 }
 
-/* generation.<key> if present, else `fallback`. */
-static int optional_int(const cJSON *object, const char *key, int64_t low, int64_t high, int64_t fallback,
-                        int64_t *value, const char *where, oxf_error *err) {
-  const cJSON *item = cJSON_GetObjectItemCaseSensitive(object, key);
-  if (item == NULL || cJSON_IsNull(item)) {
-    *value = fallback;
-    return 0;
-  }
-  return oxf_json_int(item, low, high, value, where, err);
-}
-
+/* generation (format 2: max_new_tokens, stop_tokens, decoder_start_token_id for seq2seq). */
 static int read_generation(oxf_model *model, const cJSON *manifest, oxf_error *err) {
-  const cJSON *generation = cJSON_GetObjectItemCaseSensitive(manifest, "generation");
-  const cJSON *special = cJSON_GetObjectItemCaseSensitive(manifest, "special_tokens");
-  const cJSON *config = cJSON_GetObjectItemCaseSensitive(manifest, "config");
-  int64_t eos, bos, config_start;
-  if (optional_int(special, "eos", 0, model->vocab_size - 1, 2, &eos, "special_tokens.eos", err) ||
-      optional_int(special, "bos", 0, model->vocab_size - 1, 1, &bos, "special_tokens.bos", err) ||
-      optional_int(config, "decoder_start_token_id", 0, model->vocab_size - 1, bos, &config_start,
-                   "config.decoder_start_token_id", err) ||
-      optional_int(generation, "decoder_start_token_id", 0, model->vocab_size - 1, config_start,
-                   &model->start_token, "generation.decoder_start_token_id", err) ||
-      optional_int(generation, "max_new_tokens", 0, 1 << 30, model->max_len, &model->max_new_tokens,
-                   "generation.max_new_tokens", err))
+  const cJSON *generation = oxf_json_get(manifest, "generation", cJSON_Object, "", err);
+  if (generation == NULL) return -1;
+  if (oxf_json_int(cJSON_GetObjectItemCaseSensitive(generation, "max_new_tokens"), 0, 1 << 30,
+                   &model->max_new_tokens, "generation.max_new_tokens", err) != 0)
     return -1;
-  const cJSON *stops = cJSON_GetObjectItemCaseSensitive(generation, "stop_tokens");
-  if (stops != NULL && !cJSON_IsNull(stops))
-    return oxf_json_ids(stops, model->vocab_size, &model->stop_tokens, &model->n_stop_tokens,
-                        "generation.stop_tokens", err);
-  if ((model->stop_tokens = malloc(sizeof *model->stop_tokens)) == NULL)
-    return oxf_fail(err, OXF_INFERENCE_ERROR, "out of memory");
-  model->stop_tokens[0] = eos;
-  model->n_stop_tokens = 1;
-  return 0;
+  if (model->task == SEQ2SEQ &&
+      oxf_json_int(cJSON_GetObjectItemCaseSensitive(generation, "decoder_start_token_id"), 0, model->vocab_size - 1,
+                   &model->start_token, "generation.decoder_start_token_id", err) != 0)
+    return -1;
+  return oxf_json_ids(cJSON_GetObjectItemCaseSensitive(generation, "stop_tokens"), model->vocab_size,
+                      &model->stop_tokens, &model->n_stop_tokens, "generation.stop_tokens", err);
 }
 
-static int load_role(oxf_model *model, const cJSON *manifest, const char *role, oxf_session *session,
-                     oxf_error *err) {
+/* A role's graph (manifest `graphs`) and its `io` entry; every input must be one the task feeds it. */
+static int load_role(oxf_model *model, const cJSON *manifest, const char *role, const char *const *feedable,
+                     graph_role *graph, oxf_error *err) {
+  char where[64];
+  snprintf(where, sizeof where, "io.%s.", role);
   const cJSON *graphs = oxf_json_get(manifest, "graphs", cJSON_Object, "", err);
   const cJSON *file = graphs ? oxf_json_get(graphs, role, cJSON_String, "graphs.", err) : NULL;
-  if (file == NULL) return -1;
-  return oxf_session_create(model->folder, file->valuestring, session, err);
+  const cJSON *io = file ? oxf_json_get(manifest, "io", cJSON_Object, "", err) : NULL;
+  const cJSON *entry = io ? oxf_json_get(io, role, cJSON_Object, "io.", err) : NULL;
+  const cJSON *inputs = entry ? oxf_json_get(entry, "inputs", cJSON_Array, where, err) : NULL;
+  graph->outputs = inputs ? oxf_json_get(entry, "outputs", cJSON_Object, where, err) : NULL;
+  if (graph->outputs == NULL) return -1;
+  graph->n_inputs = (size_t)cJSON_GetArraySize(inputs);
+  if ((graph->inputs = calloc(graph->n_inputs + 1, sizeof *graph->inputs)) == NULL)
+    return oxf_fail(err, OXF_INFERENCE_ERROR, "out of memory");
+  size_t i = 0;
+  for (const cJSON *name = inputs->child; name; name = name->next, i++) {
+    bool known = false;
+    for (const char *const *feed = feedable; cJSON_IsString(name) && *feed; feed++)
+      known |= strcmp(*feed, name->valuestring) == 0;
+    if (!known)
+      return oxf_fail(err, OXF_MANIFEST_ERROR,
+                      "%s: %sinputs names %.100s, which a %s export's %s cannot be fed; re-export the folder",
+                      OXF_MANIFEST_NAME, where, cJSON_IsString(name) ? name->valuestring : "a non-string",
+                      TASK_NAMES[model->task], role);
+    graph->inputs[i] = name->valuestring;
+  }
+  return oxf_session_create(model->folder, file->valuestring, &graph->session, err);
+}
+
+/* The graph output name of `key` (io.<role>.outputs), or NULL with `err` filled. */
+static const char *output_name(const graph_role *graph, const char *key, const char *role, oxf_error *err) {
+  const cJSON *name = cJSON_GetObjectItemCaseSensitive(graph->outputs, key);
+  if (!cJSON_IsString(name)) {
+    oxf_fail(err, OXF_MANIFEST_ERROR, "%s: io.%s.outputs has no %.100s; re-export the folder", OXF_MANIFEST_NAME,
+             role, key);
+    return NULL;
+  }
+  return name->valuestring;
 }
 
 int oxf_model_from_folder(oxf_folder *folder, oxf_model **out, oxf_error *err) {
@@ -147,30 +169,40 @@ int oxf_model_from_folder(oxf_folder *folder, oxf_model **out, oxf_error *err) {
                     "%s is a \"%.20s\" export, not a model; open the folder `onnxformer export` wrote (a blocks "
                     "export can only be verified: onnxformer-c verify DIR)",
                     folder->root, kind->valuestring);
-  const cJSON *family = oxf_json_get(manifest, "family", cJSON_String, "", err);
-  if (family == NULL) return -1;
-  bool gpt = strcmp(family->valuestring, "gpt") == 0, t5 = strcmp(family->valuestring, "t5") == 0,
-       bert = strcmp(family->valuestring, "bert") == 0;
-  if (!gpt && !t5 && !bert)
-    return oxf_fail(err, OXF_MANIFEST_ERROR, "%s holds family \"%.20s\"; this host runs gpt, t5, bert",
-                    folder->root, family->valuestring);
+  const cJSON *task = oxf_json_get(manifest, "task", cJSON_String, "", err);
+  if (task == NULL) return -1;
+  int found = -1;
+  for (int i = 0; i < 3; i++)
+    if (strcmp(task->valuestring, TASK_NAMES[i]) == 0) found = i;
+  if (found < 0)
+    return oxf_fail(err, OXF_MANIFEST_ERROR, "%s has task \"%.20s\"; this host runs generate, encode, seq2seq",
+                    folder->root, task->valuestring);
   oxf_model *model = calloc(1, sizeof *model);
   if (model == NULL) return oxf_fail(err, OXF_INFERENCE_ERROR, "out of memory");
   model->folder = folder;
-  snprintf(model->family, sizeof model->family, "%s", family->valuestring);
+  model->task = (task_kind)found;
+  const cJSON *family = cJSON_GetObjectItemCaseSensitive(manifest, "family");
+  snprintf(model->family, sizeof model->family, "%s", cJSON_IsString(family) ? family->valuestring : "");
   const cJSON *config = oxf_json_get(manifest, "config", cJSON_Object, "", err);
-  int status = config == NULL ? -1 : oxf_engine_acquire(err);
-  if (status != 0) {
+  if (config == NULL || oxf_engine_acquire(err) != 0) {
     free(model);
     return -1;
   }
-  status = oxf_json_int(cJSON_GetObjectItemCaseSensitive(config, "vocab_size"), 1, (int64_t)1 << 31,
-                        &model->vocab_size, "config.vocab_size", err) ||
-           oxf_json_int(cJSON_GetObjectItemCaseSensitive(config, "max_len"), 1, (int64_t)1 << 24, &model->max_len,
-                        "config.max_len", err);
-  if (status == 0 && !bert) status = read_layout(model, manifest, t5, err) || read_generation(model, manifest, err);
-  if (status == 0 && (t5 || bert)) status = load_role(model, manifest, "encoder", &model->encoder, err);
-  if (status == 0 && (t5 || gpt)) status = load_role(model, manifest, "decoder", &model->decoder, err);
+  int status = oxf_json_int(cJSON_GetObjectItemCaseSensitive(config, "vocab_size"), 1, (int64_t)1 << 31,
+                            &model->vocab_size, "config.vocab_size", err) ||
+               oxf_json_int(cJSON_GetObjectItemCaseSensitive(config, "max_len"), 1, (int64_t)1 << 24,
+                            &model->max_len, "config.max_len", err);
+  if (status == 0 && model->task != ENCODE)
+    status = read_layout(model, manifest, model->task == SEQ2SEQ, err) || read_generation(model, manifest, err);
+  if (status == 0 && model->task == ENCODE)
+    status = load_role(model, manifest, "encoder", ENCODER_FEEDS, &model->encoder, err);
+  if (status == 0 && model->task == SEQ2SEQ)
+    status = load_role(model, manifest, "encoder", SEQ2SEQ_ENCODER_FEEDS, &model->encoder, err) ||
+             load_role(model, manifest, "decoder", SEQ2SEQ_DECODER_FEEDS, &model->decoder, err);
+  if (status == 0 && model->task == GENERATE)
+    status = load_role(model, manifest, "decoder", DECODER_FEEDS, &model->decoder, err);
+  if (status == 0 && model->task != ENCODE && output_name(&model->decoder, "logits", "decoder", err) == NULL)
+    status = -1;
   if (status != 0) {
     oxf_model_detach(model);
     return -1;
@@ -192,8 +224,10 @@ oxf_model *oxf_model_open(const char *dir, oxf_error *err) {
 
 void oxf_model_detach(oxf_model *model) {
   if (model == NULL) return;
-  if (model->encoder.session) oxf_session_release(&model->encoder);
-  if (model->decoder.session) oxf_session_release(&model->decoder);
+  oxf_session_release(&model->encoder.session);
+  oxf_session_release(&model->decoder.session);
+  free(model->encoder.inputs);
+  free(model->decoder.inputs);
   free_names(model->past, 2 * model->layers);
   free_names(model->present, 2 * model->layers);
   free_names(model->cross, 2 * model->layers);
@@ -210,6 +244,7 @@ void oxf_model_close(oxf_model *model) {
 }
 
 const char *oxf_model_family(const oxf_model *model) { return model->family; }
+const char *oxf_model_task(const oxf_model *model) { return TASK_NAMES[model->task]; }
 
 /* ---- decoding ---- */
 
@@ -247,53 +282,75 @@ static int last_argmax(const OrtValue *logits, int64_t *token, oxf_error *err) {
   return 0;
 }
 
-/* Inputs of every step: [ids, mask, fixed..., past cache...]; outputs: [logits, present...]. */
+/* What a graph's io inputs are fed (runtime/manifest.py INPUT_NAMES): the step's token ids, ones over
+ * `total` positions for an attention mask, zeros for token_type_ids, the source's mask for the decoder. */
 typedef struct {
-  oxf_session *graph;
-  const char *ids_name, *mask_name;
-  const char *const *fixed_names;
-  OrtValue *const *fixed;
-  size_t n_fixed;
-} step_graph;
+  const int64_t *ids;
+  size_t n_ids, total;
+  const OrtValue *encoder_mask; /* seq2seq decoder steps only */
+} feed_values;
 
-static int greedy(oxf_model *model, const step_graph *g, const int64_t *first, size_t n_first, size_t budget,
-                  const int64_t *stops, size_t n_stops, oxf_generation *out, oxf_error *err) {
-  size_t n_cache = 2 * model->layers, n_in = 2 + g->n_fixed + n_cache, n_out = 1 + n_cache;
+/* Fill values[0 .. n_inputs) for the role's inputs; owned[i] says whether values[i] must be released. */
+static int make_feeds(const graph_role *graph, const feed_values *v, const OrtValue **values, OrtValue **owned,
+                      oxf_error *err) {
+  for (size_t i = 0; i < graph->n_inputs; i++) {
+    const char *name = graph->inputs[i];
+    int status = 0;
+    owned[i] = NULL;
+    if (strcmp(name, "input_ids") == 0 || strcmp(name, "decoder_input_ids") == 0)
+      status = oxf_value_ids(v->ids, v->n_ids, &owned[i], err);
+    else if (strcmp(name, "attention_mask") == 0 || strcmp(name, "decoder_attention_mask") == 0)
+      status = oxf_value_ones(v->total, &owned[i], err);
+    else if (strcmp(name, "token_type_ids") == 0)
+      status = oxf_value_zeros_i64(v->n_ids, &owned[i], err);
+    else if (strcmp(name, "encoder_attention_mask") == 0 && v->encoder_mask != NULL)
+      values[i] = v->encoder_mask;
+    else
+      status = oxf_fail(err, OXF_MANIFEST_ERROR, "this host cannot feed %s here; re-export the folder", name);
+    if (status != 0) return -1;
+    if (owned[i] != NULL) values[i] = owned[i];
+  }
+  return 0;
+}
+
+/* Inputs of every decoder step: [io inputs..., cross keys/values (seq2seq)..., past cache...];
+ * outputs: [logits, present...]. */
+static int greedy(oxf_model *model, const int64_t *first, size_t n_first, const OrtValue *encoder_mask,
+                  OrtValue *const *cross, size_t budget, const int64_t *stops, size_t n_stops, oxf_generation *out,
+                  oxf_error *err) {
+  graph_role *graph = &model->decoder;
+  size_t n_io = graph->n_inputs, n_cross = cross ? 2 * model->layers : 0, n_cache = 2 * model->layers;
+  size_t n_in = n_io + n_cross + n_cache, n_out = 1 + n_cache;
   const char **in_names = calloc(n_in, sizeof *in_names), **out_names = calloc(n_out, sizeof *out_names);
   const OrtValue **inputs = calloc(n_in, sizeof *inputs);
   OrtValue **cache = calloc(n_cache, sizeof *cache), **outputs = calloc(n_out, sizeof *outputs);
+  OrtValue **owned = calloc(n_io + 1, sizeof *owned);
   out->tokens = malloc((budget ? budget : 1) * sizeof *out->tokens);
   out->n_tokens = 0;
   out->finish_reason = "length";
-  OrtValue *ids = NULL, *mask = NULL;
   int status = 0;
-  if (!in_names || !out_names || !inputs || !cache || !outputs || !out->tokens)
+  if (!in_names || !out_names || !inputs || !cache || !outputs || !owned || !out->tokens)
     status = oxf_fail(err, OXF_INFERENCE_ERROR, "out of memory");
   /* The empty cache: (1, H, 0, Dh). */
   int64_t empty[4] = {1, model->heads, 0, model->head_dim};
   for (size_t i = 0; status == 0 && i < n_cache; i++)
     status = oxf_value_create(ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, empty, 4, NULL, 4, &cache[i], err);
   if (status == 0) {
-    in_names[0] = g->ids_name;
-    in_names[1] = g->mask_name;
-    for (size_t i = 0; i < g->n_fixed; i++) in_names[2 + i] = g->fixed_names[i], inputs[2 + i] = g->fixed[i];
-    for (size_t i = 0; i < n_cache; i++) in_names[2 + g->n_fixed + i] = model->past[i];
-    out_names[0] = IO.logits;
+    for (size_t i = 0; i < n_io; i++) in_names[i] = graph->inputs[i];
+    for (size_t i = 0; i < n_cross; i++) in_names[n_io + i] = model->cross[i], inputs[n_io + i] = cross[i];
+    for (size_t i = 0; i < n_cache; i++) in_names[n_io + n_cross + i] = model->past[i];
+    out_names[0] = output_name(graph, "logits", "decoder", err);
     for (size_t i = 0; i < n_cache; i++) out_names[1 + i] = model->present[i];
   }
-  const int64_t *step_ids = first;
-  size_t n_step = n_first, total = n_first;
+  feed_values v = {first, n_first, n_first, encoder_mask};
   int64_t token = 0;
   while (status == 0 && out->n_tokens < budget) {
-    status = oxf_value_ids(step_ids, n_step, &ids, err) || oxf_value_ones(total, &mask, err);
-    if (status != 0) break;
-    inputs[0] = ids;
-    inputs[1] = mask;
-    for (size_t i = 0; i < n_cache; i++) inputs[2 + g->n_fixed + i] = cache[i];
-    status = oxf_run(g->graph, in_names, inputs, n_in, out_names, n_out, outputs, err) ||
-             last_argmax(outputs[0], &token, err);
-    oxf_values_release(&ids, 1);
-    oxf_values_release(&mask, 1);
+    status = make_feeds(graph, &v, inputs, owned, err);
+    for (size_t i = 0; status == 0 && i < n_cache; i++) inputs[n_io + n_cross + i] = cache[i];
+    if (status == 0)
+      status = oxf_run(&graph->session, in_names, inputs, n_in, out_names, n_out, outputs, err) ||
+               last_argmax(outputs[0], &token, err);
+    oxf_values_release(owned, n_io);
     if (status != 0) break;
     /* This step's present.* become the next step's past_key_values.*. */
     oxf_values_release(cache, n_cache);
@@ -307,9 +364,9 @@ static int greedy(oxf_model *model, const step_graph *g, const int64_t *first, s
       break;
     }
     out->tokens[out->n_tokens++] = token;
-    step_ids = &out->tokens[out->n_tokens - 1];
-    n_step = 1;
-    total += 1;
+    v.ids = &out->tokens[out->n_tokens - 1];
+    v.n_ids = 1;
+    v.total += 1;
   }
   if (cache != NULL) oxf_values_release(cache, n_cache);
   if (outputs != NULL) oxf_values_release(outputs, n_out);
@@ -318,52 +375,40 @@ static int greedy(oxf_model *model, const step_graph *g, const int64_t *first, s
   free(inputs);
   free(cache);
   free(outputs);
+  free(owned);
   if (status != 0) oxf_generation_free(out);
-  return status;
+  return status ? -1 : 0;
 }
 
-/* T5: encode once; the encoder mask and every layer's cross keys/values (1, H, S, Dh) feed every step. */
-static int generate_t5(oxf_model *model, const int64_t *source, size_t n, size_t budget, const int64_t *stops,
-                       size_t n_stops, oxf_generation *out, oxf_error *err) {
-  size_t n_cross = 2 * model->layers;
-  OrtValue *ids = NULL, *mask = NULL;
-  OrtValue **fixed = calloc(1 + n_cross, sizeof *fixed);
-  const char **fixed_names = calloc(1 + n_cross, sizeof *fixed_names);
-  if (fixed == NULL || fixed_names == NULL) {
-    free(fixed);
-    free(fixed_names);
-    return oxf_fail(err, OXF_INFERENCE_ERROR, "out of memory");
-  }
-  int status = oxf_value_ids(source, n, &ids, err) || oxf_value_ones(n, &mask, err);
-  if (status == 0) {
-    const char *names[2] = {IO.input_ids, IO.attention_mask};
-    const OrtValue *inputs[2] = {ids, mask};
-    status = oxf_run(&model->encoder, names, inputs, 2, (const char *const *)model->cross, n_cross, fixed + 1, err);
-  }
-  if (status == 0) {
-    fixed[0] = mask;
-    mask = NULL;
-    fixed_names[0] = IO.encoder_attention_mask;
-    for (size_t i = 0; i < n_cross; i++) fixed_names[1 + i] = model->cross[i];
-    step_graph g = {&model->decoder, IO.decoder_input_ids, IO.decoder_attention_mask, fixed_names, fixed,
-                    1 + n_cross};
-    status = greedy(model, &g, &model->start_token, 1, budget, stops, n_stops, out, err);
-  }
-  oxf_values_release(&ids, 1);
+/* Seq2seq: encode once; the source mask and every layer's cross keys/values (1, H, S, Dh) feed every step. */
+static int generate_seq2seq(oxf_model *model, const int64_t *source, size_t n, size_t budget, const int64_t *stops,
+                            size_t n_stops, oxf_generation *out, oxf_error *err) {
+  size_t n_cross = 2 * model->layers, n_io = model->encoder.n_inputs;
+  OrtValue *mask = NULL, **cross = calloc(n_cross, sizeof *cross), **owned = calloc(n_io + 1, sizeof *owned);
+  const OrtValue **inputs = calloc(n_io + 1, sizeof *inputs);
+  int status = cross && owned && inputs ? 0 : oxf_fail(err, OXF_INFERENCE_ERROR, "out of memory");
+  feed_values v = {source, n, n, NULL};
+  if (status == 0) status = make_feeds(&model->encoder, &v, inputs, owned, err);
+  if (status == 0)
+    status = oxf_run(&model->encoder.session, model->encoder.inputs, inputs, n_io, (const char *const *)model->cross,
+                     n_cross, cross, err);
+  if (status == 0) status = oxf_value_ones(n, &mask, err);
+  if (status == 0) status = greedy(model, &model->start_token, 1, mask, cross, budget, stops, n_stops, out, err);
+  if (owned) oxf_values_release(owned, n_io);
+  if (cross) oxf_values_release(cross, n_cross);
   oxf_values_release(&mask, 1);
-  oxf_values_release(fixed, 1 + n_cross);
-  free(fixed);
-  free(fixed_names);
-  return status;
+  free(cross);
+  free(owned);
+  free(inputs);
+  return status ? -1 : 0;
 }
 
 int oxf_generate(oxf_model *model, const int64_t *ids, size_t n_ids, const oxf_generate_options *options,
                  oxf_generation *out, oxf_error *err) {
   memset(out, 0, sizeof *out);
-  bool t5 = strcmp(model->family, "t5") == 0;
-  if (!t5 && strcmp(model->family, "gpt") != 0)
-    return oxf_fail(err, OXF_INPUT_ERROR, "%s is a %s export, which embeds text; generation needs gpt or t5",
-                    model->folder->root, model->family);
+  if (model->task == ENCODE)
+    return oxf_fail(err, OXF_INPUT_ERROR, "%s is an encode export (it embeds text); generation needs a generate "
+                    "or seq2seq export", model->folder->root);
   int64_t max_new = options && options->max_new_tokens >= 0 ? options->max_new_tokens : model->max_new_tokens;
   const int64_t *stops = model->stop_tokens;
   size_t n_stops = model->n_stop_tokens;
@@ -376,16 +421,16 @@ int oxf_generate(oxf_model *model, const int64_t *ids, size_t n_ids, const oxf_g
                         (intmax_t)stops[i], (intmax_t)(model->vocab_size - 1));
   }
   size_t limit = (size_t)model->max_len;
-  if (check_ids(model, ids, n_ids, limit, t5 ? "the source" : "the prompt", err) != 0) return -1;
-  if (t5) {
+  bool seq2seq = model->task == SEQ2SEQ;
+  if (check_ids(model, ids, n_ids, limit, seq2seq ? "the source" : "the prompt", err) != 0) return -1;
+  if (seq2seq) {
     /* The decoder's context is max_len positions, the start token included. */
     size_t budget = (size_t)max_new < limit ? (size_t)max_new : limit;
-    return generate_t5(model, ids, n_ids, budget, stops, n_stops, out, err);
+    return generate_seq2seq(model, ids, n_ids, budget, stops, n_stops, out, err);
   }
   /* The last token generated needs no position: at most max_len - prompt + 1 new tokens. */
   size_t room = limit - n_ids + 1, budget = (size_t)max_new < room ? (size_t)max_new : room;
-  step_graph g = {&model->decoder, IO.input_ids, IO.attention_mask, NULL, NULL, 0};
-  return greedy(model, &g, ids, n_ids, budget, stops, n_stops, out, err);
+  return greedy(model, ids, n_ids, NULL, NULL, budget, stops, n_stops, out, err);
 }
 
 void oxf_generation_free(oxf_generation *generation) {
@@ -398,17 +443,19 @@ int oxf_embed(oxf_model *model, const int64_t *ids, size_t n_ids, const char *ou
               size_t *n_values, oxf_error *err) {
   *values = NULL;
   *n_values = 0;
-  if (strcmp(model->family, "bert") != 0)
-    return oxf_fail(err, OXF_INPUT_ERROR, "%s is a %s export; embeddings need a bert export", model->folder->root,
-                    model->family);
+  if (model->task != ENCODE)
+    return oxf_fail(err, OXF_INPUT_ERROR, "%s is a %s export; embeddings need an encode export", model->folder->root,
+                    TASK_NAMES[model->task]);
   if (check_ids(model, ids, n_ids, (size_t)model->max_len, "the text", err) != 0) return -1;
-  const char *name = output ? output : "sentence_embedding";
-  OrtValue *inputs[3] = {NULL, NULL, NULL}, *result = NULL;
-  int status = oxf_value_ids(ids, n_ids, &inputs[0], err) || oxf_value_ones(n_ids, &inputs[1], err) ||
-               oxf_value_zeros_i64(n_ids, &inputs[2], err);
-  const char *names[3] = {IO.input_ids, IO.attention_mask, IO.token_type_ids};
-  if (status == 0)
-    status = oxf_run(&model->encoder, names, (const OrtValue *const *)inputs, 3, &name, 1, &result, err);
+  const char *name = output_name(&model->encoder, output ? output : "sentence_embedding", "encoder", err);
+  if (name == NULL) return -1;
+  size_t n_io = model->encoder.n_inputs;
+  OrtValue **owned = calloc(n_io + 1, sizeof *owned), *result = NULL;
+  const OrtValue **inputs = calloc(n_io + 1, sizeof *inputs);
+  int status = owned && inputs ? 0 : oxf_fail(err, OXF_INFERENCE_ERROR, "out of memory");
+  feed_values v = {ids, n_ids, n_ids, NULL};
+  if (status == 0) status = make_feeds(&model->encoder, &v, inputs, owned, err);
+  if (status == 0) status = oxf_run(&model->encoder.session, model->encoder.inputs, inputs, n_io, &name, 1, &result, err);
   int64_t dims[OXF_MAX_RANK];
   size_t rank = 0, count = 0;
   ONNXTensorElementDataType type;
@@ -423,7 +470,9 @@ int oxf_embed(oxf_model *model, const int64_t *ids, size_t n_ids, const char *ou
     memcpy(*values, data, count * sizeof **values);
     *n_values = count;
   }
-  oxf_values_release(inputs, 3);
+  if (owned) oxf_values_release(owned, n_io);
   oxf_values_release(&result, 1);
-  return status;
+  free(owned);
+  free(inputs);
+  return status ? -1 : 0;
 }
