@@ -441,3 +441,63 @@ def test_a_missing_folder_and_bad_arguments(c_host: Path, tmp_path: Path) -> Non
     _check_fails(c_host, tmp_path, "has no manifest.json", "verify")
     usage = run(c_host, "frobnicate")
     assert usage.returncode == 2 and "usage: onnxformer-c verify" in usage.stderr
+
+
+# ---- the parsers on what the Python runtime reads, and on garbage -----------------------------------
+
+
+def test_tensor_files_read_as_the_python_runtime_reads_them(c_host: Path) -> None:
+    """float_data, int64_data, raw_data and empty tensors (hosts/node/tests/fixtures) and real goldens."""
+    from onnxformer.runtime.tensorproto import read_tensor
+
+    files = sorted((ROOT / "hosts" / "node" / "tests" / "fixtures").glob("*.pb"))
+    files += sorted((EXPORTED / "t5" / "goldens" / "decoder" / "test_data_set_4").glob("*.pb"))
+    result = run(c_host, "tensor", *map(str, files))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == len(files)
+    for file, line in zip(files, lines, strict=True):
+        name, value = read_tensor(file.read_bytes())
+        shape = ", ".join(map(str, value.shape))
+        assert line.startswith(f"{file}: {name} data_type "), line
+        assert f"shape [{shape}]" in line
+        largest = float(abs(value.astype("float64")).max()) if value.size else 0.0
+        assert float(line.rsplit(" ", 1)[1]) == pytest.approx(largest, rel=1e-5)
+
+
+def test_garbage_tensor_files_and_manifests_are_refused_cleanly(c_host: Path, tmp_path: Path) -> None:
+    """Random byte changes in golden tensors and in a manifest: every file is either read or refused
+    with a typed message; never a crash, a sanitizer report or a hang."""
+    import random
+
+    chooser = random.Random(17)
+    sources = sorted((EXPORTED / "gpt" / "goldens" / "decoder" / "test_data_set_1").glob("*.pb"))
+    tensors = []
+    for index in range(300):
+        data = bytearray(chooser.choice(sources).read_bytes())
+        for _ in range(chooser.randint(1, 4)):
+            at = chooser.randrange(min(len(data), 64))  # the header: keys, dims, type, name, lengths
+            data[at] = chooser.randrange(256)
+        if index % 5 == 0:
+            del data[chooser.randrange(len(data)) :]
+        (tmp_path / f"t{index}.pb").write_bytes(bytes(data))
+        tensors.append(str(tmp_path / f"t{index}.pb"))
+    result = run(c_host, "tensor", *tensors, timeout=120)
+    assert result.returncode in (0, 2)
+    read = len(result.stdout.splitlines())
+    refused = result.stderr.count("onnxformer-c: ManifestError: ")
+    assert read + refused == len(tensors) and refused > 0, result.stderr[-2000:]
+
+    manifest = (EXPORTED / "bert" / "manifest.json").read_bytes()
+    folders = []
+    for index in range(150):
+        data = bytearray(manifest)
+        for _ in range(chooser.randint(1, 3)):
+            data[chooser.randrange(len(data))] = chooser.choice(b'{}[]",:\\0-.e \xff\x00')
+        folder = tmp_path / f"m{index}"
+        folder.mkdir()
+        (folder / "manifest.json").write_bytes(bytes(data))
+        folders.append(str(folder))
+    result = run(c_host, "check", *folders, timeout=120)
+    assert result.returncode == 2  # no folder has its files
+    assert result.stderr.count("onnxformer-c: ManifestError: ") == len(folders), result.stderr[-2000:]

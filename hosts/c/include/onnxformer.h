@@ -67,6 +67,17 @@ int oxf_folder_check_all(oxf_folder *folder, size_t *n_files, oxf_error *err);
 /* 0 when `relative` is a plain relative path of forward slashes that stays inside a folder. */
 int oxf_check_path(const char *relative, oxf_error *err);
 
+/* A TensorProto file (a golden input_i.pb / output_i.pb) the caller names, summarized. */
+typedef struct {
+  char *name;
+  int data_type; /* onnx.TensorProto.DataType: 1 float, 7 int64, ... */
+  size_t rank;
+  int64_t dims[8];
+  double max_abs; /* largest |value| */
+} oxf_tensor_info;
+int oxf_read_tensor_file(const char *path, oxf_tensor_info *info, oxf_error *err);
+void oxf_tensor_info_free(oxf_tensor_info *info);
+
 /* ---- models ------------------------------------------------------------------------------------ */
 
 typedef struct oxf_model oxf_model;

@@ -1,10 +1,11 @@
 /* onnxformer-c: the C host's command.
  *
  *   onnxformer-c verify DIR [DIR ...]      every file checked, every golden run; one line per result
- *   onnxformer-c check DIR                 every file's path, size and sha256 checked (no engine)
+ *   onnxformer-c check DIR [DIR ...]       every file's path, size and sha256 checked (no engine)
  *   onnxformer-c generate DIR --ids 1,90,263 [--max-new-tokens N] [--stop-tokens 2,5 | --stop-tokens ""]
  *                                          greedy ids as JSON: {"output_ids": [...], "finish_reason": ...}
  *   onnxformer-c check-path PATH           whether a manifest path would be accepted
+ *   onnxformer-c tensor FILE.pb [...]      a golden TensorProto's name, type, shape and largest value
  *
  * Exit status: 0 when everything passed, 1 when a golden failed, 2 when a folder cannot be used at all
  * (missing, altered, hostile, without goldens) or the arguments are wrong. */
@@ -18,13 +19,24 @@
 
 #define USAGE                                                                                              \
   "usage: onnxformer-c verify DIR [DIR ...]\n"                                                             \
-  "       onnxformer-c check DIR\n"                                                                        \
+  "       onnxformer-c check DIR [DIR ...]\n"                                                              \
   "       onnxformer-c generate DIR --ids 1,90,263 [--max-new-tokens N] [--stop-tokens 2,5|\"\"]\n"        \
-  "       onnxformer-c check-path PATH\n"
+  "       onnxformer-c check-path PATH\n"                                                                 \
+  "       onnxformer-c tensor FILE.pb [FILE.pb ...]\n"
 
 static int fail(const oxf_error *err) {
   fprintf(stderr, "onnxformer-c: %s: %s\n", oxf_error_kind_name(err->kind), err->message);
   return 2;
+}
+
+/* `text` with control characters as \xNN, so one result stays one line. */
+static void print_escaped(const char *text) {
+  for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+    if (*c < 32 || *c == 127)
+      printf("\\x%02x", *c);
+    else
+      putchar(*c);
+  }
 }
 
 /* The largest difference seen per file, for the closing table. */
@@ -41,15 +53,24 @@ typedef struct {
 
 static void print_result(const oxf_result *result, void *user) {
   report *seen = user;
-  printf("  %s %s %s [%s] %s", result->ok ? "ok  " : "FAIL", result->check, result->file, result->label,
-         result->output);
+  /* Names come from the folder: escaped, so a hostile label cannot forge a result line. */
+  printf("  %s %s ", result->ok ? "ok  " : "FAIL", result->check);
+  print_escaped(result->file);
+  printf(" [");
+  print_escaped(result->label);
+  printf("] ");
+  print_escaped(result->output);
   if (!isnan(result->allowed)) {
     if (isnan(result->max_abs_diff))
       printf("  max diff -");
     else
       printf("  max diff %.2e <= %.2e", result->max_abs_diff, result->allowed);
   }
-  if (!result->ok && result->detail[0]) printf("  (%s)", result->detail);
+  if (!result->ok && result->detail[0]) {
+    printf("  (");
+    print_escaped(result->detail);
+    printf(")");
+  }
   printf("\n");
   if (isnan(result->allowed)) return;
   size_t i = 0;
@@ -95,21 +116,48 @@ static int verify(int argc, char **argv) {
   return code;
 }
 
+/* Every folder is checked, a failure does not stop the others. */
 static int check(int argc, char **argv) {
-  if (argc != 1) {
+  if (argc < 1) {
     fputs(USAGE, stderr);
     return 2;
   }
-  oxf_error err;
-  oxf_folder *folder = oxf_folder_open(argv[0], &err);
-  size_t n = 0;
-  if (folder == NULL || oxf_folder_check_all(folder, &n, &err) != 0) {
+  int code = 0;
+  for (int i = 0; i < argc; i++) {
+    oxf_error err;
+    oxf_folder *folder = oxf_folder_open(argv[i], &err);
+    size_t n = 0;
+    if (folder == NULL || oxf_folder_check_all(folder, &n, &err) != 0)
+      code = fail(&err);
+    else
+      printf("%s: %zu files match manifest.json (size and sha256)\n", argv[i], n);
     oxf_folder_close(folder);
-    return fail(&err);
   }
-  oxf_folder_close(folder);
-  printf("%s: %zu files match manifest.json (size and sha256)\n", argv[0], n);
-  return 0;
+  return code;
+}
+
+/* What golden .pb files hold (files the user names, read as they are). */
+static int tensors(int argc, char **argv) {
+  if (argc < 1) {
+    fputs(USAGE, stderr);
+    return 2;
+  }
+  int code = 0;
+  for (int i = 0; i < argc; i++) {
+    oxf_error err;
+    oxf_tensor_info info;
+    if (oxf_read_tensor_file(argv[i], &info, &err) != 0) {
+      code = fail(&err);
+      continue;
+    }
+    printf("%s: ", argv[i]);
+    print_escaped(info.name);
+    printf(" data_type %d shape [", info.data_type);
+    for (size_t d = 0; d < info.rank; d++) printf("%s%lld", d ? ", " : "", (long long)info.dims[d]);
+    printf("] max |value| %.6g\n", info.max_abs);
+    oxf_tensor_info_free(&info);
+  }
+  return code;
 }
 
 /* "1,90,263" -> ids; "" -> none. */
@@ -198,6 +246,7 @@ int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "check") == 0) return check(argc - 2, argv + 2);
   if (argc >= 2 && strcmp(argv[1], "generate") == 0) return generate(argc - 2, argv + 2);
   if (argc >= 2 && strcmp(argv[1], "check-path") == 0) return check_path(argc - 2, argv + 2);
+  if (argc >= 2 && strcmp(argv[1], "tensor") == 0) return tensors(argc - 2, argv + 2);
   if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
     fputs(USAGE, stdout);
     return 0;

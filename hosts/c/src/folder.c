@@ -204,7 +204,7 @@ done:
 
 /* ---- JSON ---- */
 
-static bool valid_utf8(const uint8_t *text, size_t size) {
+bool oxf_valid_utf8(const uint8_t *text, size_t size) {
   for (size_t i = 0; i < size;) {
     uint8_t byte = text[i];
     size_t extra = byte < 0x80 ? 0 : (byte >> 5) == 6 ? 1 : (byte >> 4) == 14 ? 2 : (byte >> 3) == 30 ? 3 : 9;
@@ -298,7 +298,7 @@ cJSON *oxf_json_parse(const uint8_t *text, size_t size, const char *shown, oxf_e
   bool nul = memchr(text, 0, size) != NULL;
   for (size_t i = 0; !nul && i + 6 <= size; i++)
     nul = text[i] == '\\' && text[i + 1] == 'u' && memcmp(text + i + 2, "0000", 4) == 0;
-  if (!valid_utf8(text, size)) {
+  if (!oxf_valid_utf8(text, size)) {
     oxf_fail(err, OXF_MANIFEST_ERROR, "%s is not UTF-8 text; re-export the folder", shown);
     return NULL;
   }

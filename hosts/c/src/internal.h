@@ -36,6 +36,8 @@ struct oxf_folder {
   size_t n_files;
 };
 
+/* Strict UTF-8: no overlong forms, surrogates or code points past U+10FFFF. */
+bool oxf_valid_utf8(const uint8_t *text, size_t size);
 /* Parse JSON bytes: strict UTF-8, no NUL, no key twice in an object, bounded nesting. */
 cJSON *oxf_json_parse(const uint8_t *text, size_t size, const char *shown, oxf_error *err);
 /* A manifest object's member of the given kind, or NULL with `err` filled ("where" names it). */

@@ -2,7 +2,9 @@
  * runtime/tensorproto.py reads them:
  *   dims = 1 (repeated int64)  data_type = 2  float_data = 4  int32_data = 5  int64_data = 7
  *   name = 8  raw_data = 9 (little-endian)  double_data = 10  data_location = 14 (EXTERNAL refused) */
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -101,8 +103,8 @@ int oxf_tensor_parse(const uint8_t *bytes, size_t size, const char *source, oxf_
       if (tensor->name == NULL) return oxf_fail(err, OXF_INFERENCE_ERROR, "out of memory reading %s", source);
       memcpy(tensor->name, field.bytes, field.length);
       tensor->name[field.length] = 0;
-      if (strlen(tensor->name) != field.length)
-        return refuse(tensor, err, source, "the name holds a NUL byte");
+      if (strlen(tensor->name) != field.length || !oxf_valid_utf8(field.bytes, field.length))
+        return refuse(tensor, err, source, "the name is not UTF-8 text without NUL");
     } else if (field.number == 9 && field.wire == 2) {
       raw = field.bytes;
       raw_size = field.length;
@@ -226,4 +228,41 @@ void oxf_tensor_free(oxf_tensor *tensor) {
   free(tensor->name);
   free(tensor->data);
   memset(tensor, 0, sizeof *tensor);
+}
+
+int oxf_read_tensor_file(const char *path, oxf_tensor_info *info, oxf_error *err) {
+  memset(info, 0, sizeof *info);
+  FILE *file = fopen(path, "rb");
+  if (file == NULL) return oxf_fail(err, OXF_INPUT_ERROR, "cannot open %s: %s", path, strerror(errno));
+  size_t size = 0, capacity = 1 << 16;
+  uint8_t *bytes = malloc(capacity);
+  size_t got;
+  while (bytes != NULL && (got = fread(bytes + size, 1, capacity - size, file)) > 0) {
+    size += got;
+    if (size == capacity) {
+      uint8_t *grown = capacity <= (SIZE_MAX >> 1) ? realloc(bytes, capacity * 2) : NULL;
+      if (grown == NULL) free(bytes);
+      bytes = grown;
+      capacity *= 2;
+    }
+  }
+  fclose(file);
+  if (bytes == NULL) return oxf_fail(err, OXF_INFERENCE_ERROR, "out of memory reading %s", path);
+  oxf_tensor tensor;
+  int status = oxf_tensor_parse(bytes, size, path, &tensor, err);
+  free(bytes);
+  if (status != 0) return -1;
+  info->data_type = tensor.data_type;
+  info->rank = tensor.rank;
+  memcpy(info->dims, tensor.dims, sizeof info->dims);
+  for (size_t i = 0; i < tensor.count; i++) info->max_abs = fmax(info->max_abs, fabs(oxf_tensor_value(&tensor, i)));
+  info->name = tensor.name; /* handed over */
+  tensor.name = NULL;
+  oxf_tensor_free(&tensor);
+  return 0;
+}
+
+void oxf_tensor_info_free(oxf_tensor_info *info) {
+  free(info->name);
+  info->name = NULL;
 }
