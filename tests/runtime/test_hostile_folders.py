@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from onnxformer.cli.main import app
 from onnxformer.runtime import load, protobuf
 from onnxformer.runtime.errors import ManifestError
-from onnxformer.runtime.folder import ExportFolder, refuse_external_data, sha256_bytes
+from onnxformer.runtime.folder import ExportFolder, plain_parts, refuse_external_data, sha256_bytes
 from onnxformer.runtime.probe import probe_export
 
 EXPORTED = Path(__file__).resolve().parents[2] / "exported"
@@ -100,24 +100,27 @@ def _fails(folder: Path, match: str) -> None:
         load(folder, device="cpu")
 
 
-HOSTILE_PATHS = [
-    "../canary",
-    "/etc/passwd",
-    "a/../../canary",
-    "..",
-    ".",
-    "",
-    "./tokenizer.json",
-    "goldens//end_to_end.json",
-    "tokenizer.json/",
-    "..\\canary",
-    "C:/canary",
-    "c:canary",
-    "x\x00y",
-    "line\nbreak",
-    "goldens/./end_to_end.json",
-    "goldens/../../canary",
-]
+# The path cases every host shares (the Node host's tests and scripts/reliability.py read the same file).
+PATH_CASES = json.loads((Path(__file__).resolve().parents[1] / "path_cases.json").read_text())
+HOSTILE_PATHS = [case["path"] for case in PATH_CASES["refuse"]]
+PLAIN_PATHS = [case["path"] for case in PATH_CASES["accept"]]
+
+
+def test_the_shared_path_cases_cover_the_old_lists() -> None:
+    older = ["../canary", "/etc/passwd", "a/../../canary", "..", ".", "", "./tokenizer.json"]
+    older += ["goldens//end_to_end.json", "tokenizer.json/", "..\\canary", "C:/canary", "c:canary", "x\x00y"]
+    older += ["line\nbreak", "goldens/./end_to_end.json", "goldens/../../canary", "a\x7fb", "//etc/passwd"]
+    assert (
+        set(older) <= set(HOSTILE_PATHS)
+        and len(HOSTILE_PATHS) >= 25
+        and not set(PLAIN_PATHS) & set(HOSTILE_PATHS)
+    )
+    assert all(case["reason"] for case in PATH_CASES["refuse"] + PATH_CASES["accept"])
+
+
+@pytest.mark.parametrize("path", PLAIN_PATHS)
+def test_plain_manifest_paths_are_accepted(path: str) -> None:
+    assert plain_parts(path) == tuple(path.split("/"))
 
 
 @pytest.mark.parametrize("path", HOSTILE_PATHS)

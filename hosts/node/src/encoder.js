@@ -1,41 +1,62 @@
 /**
- * BERT sentence embeddings: `(await openExport("exported/bert")).embed("a sentence")`.
+ * Sentence embeddings on an "encode" export (BERT):
+ * `(await openExport("exported/bert")).embed("a sentence")`.
  *
- * A text is framed <cls> + its tokens + <sep>, fed with an all-ones attention mask and zero segment ids;
+ * A text is framed as manifest `framing.text` says (<cls> + its tokens + <sep> for BERT), fed with an
+ * all-ones attention mask and, when the graph takes them (manifest `io.encoder.inputs`), zero segment ids;
  * the embedding is the graph's `sentence_embedding` output (the mean of the real tokens' last hidden
  * states).
  */
 
 import { checkIds } from "./decoding.js";
-import { InputError } from "./errors.js";
+import { InputError, ManifestError } from "./errors.js";
+import { pick } from "./manifest.js";
 import { ExportModel } from "./model.js";
 
 export class SentenceEncoder extends ExportModel {
-  static family = "bert";
-  static roles = ["encoder"];
+  static task = "encode";
+  static feeds = { encoder: ["input_ids", "attention_mask", "token_type_ids"] };
 
-  /** The ids the encoder is fed for `text`. */
-  frame(text) {
-    if (typeof text !== "string") throw new InputError(`text must be a string, got ${typeof text}`);
-    return [this.special.cls, ...this.tokenizer.encode(text), this.special.sep];
-  }
-
-  /** The sentence embedding of `text`, a Float32Array of d_model values. */
+  /**
+   * The sentence embedding of `text`, a Float32Array of d_model values; for an array of texts, an array of
+   * them, one per text, in order.
+   */
   async embed(text) {
+    if (Array.isArray(text)) {
+      if (text.length === 0) throw new InputError("give at least one text");
+      // Every text is framed and checked before the first runs.
+      const rows = text.map((item, index) =>
+        checkIds(this.frame(item, { what: `text ${index}` }), {
+          vocabSize: this.vocabSize,
+          limit: this.maxLen,
+          what: `text ${index}`,
+        }),
+      );
+      const vectors = [];
+      for (const row of rows) vectors.push(await this.embedIds(row));
+      return vectors;
+    }
     return this.embedIds(this.frame(text));
   }
 
-  /** One output of the encoder (default `sentence_embedding`, shape (1, D)) for framed ids, as (D,). */
+  /** One output of the encoder (an io key, default `sentence_embedding`, (1, D)) for framed ids, as (D,). */
   async embedIds(inputIds, { output = "sentence_embedding" } = {}) {
     const ids = checkIds(inputIds, { vocabSize: this.vocabSize, limit: this.maxLen, what: "text" });
-    const outputs = await this.graphs.encoder.run(
-      {
-        input_ids: this.engine.ids(ids),
-        attention_mask: this.engine.ones(ids.length),
-        token_type_ids: this.engine.tensor("int64", new BigInt64Array(ids.length), [1, ids.length]),
-      },
-      [output],
-    );
-    return outputs[output].data.slice();
+    const heads = this.io.encoder.outputs;
+    // An io key ("sentence_embedding"), or the graph's own name for one of its outputs.
+    const name = heads[output] ?? (Object.values(heads).includes(output) ? output : undefined);
+    if (typeof name !== "string") {
+      throw new ManifestError(
+        `${this.manifest.graphs.encoder} has no ${output} output (it returns ` +
+          `${Object.keys(heads).join(", ")}); export a checkpoint with that head`,
+      );
+    }
+    const feeds = pick(this.io.encoder, {
+      input_ids: this.engine.ids(ids),
+      attention_mask: this.engine.ones(ids.length),
+      token_type_ids: this.engine.tensor("int64", new BigInt64Array(ids.length), [1, ids.length]),
+    });
+    const outputs = await this.graphs.encoder.run(feeds, [name]);
+    return outputs[name].data.slice();
   }
 }

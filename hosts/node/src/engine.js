@@ -8,6 +8,8 @@
  * will run them. Sessions are created from the checked bytes of a file, never from its path.
  */
 
+import { availableParallelism } from "node:os";
+
 import { InputError, ManifestError } from "./errors.js";
 
 export const ENGINES = {
@@ -95,9 +97,14 @@ export class Graph {
   }
 }
 
+/** The most threads an engine may use: the CPUs this process may run on (as the Python runtime). */
+export function maxThreads() {
+  return Math.max(availableParallelism(), 1);
+}
+
 /**
  * Load an engine by name. `threads` caps the native engine's intra-op threads (default: ONNX Runtime's
- * choice); the wasm engine runs single-threaded in Node, where its worker-thread pool is not needed.
+ * choice; at most `maxThreads()`, since a larger pool only makes its threads compete for the cores); the wasm engine runs single-threaded in Node, where its worker-thread pool is not needed.
  */
 export async function loadEngine(name = "native", { threads } = {}) {
   if (!Object.hasOwn(ENGINES, name)) {
@@ -105,8 +112,12 @@ export async function loadEngine(name = "native", { threads } = {}) {
       `engine must be one of ${Object.keys(ENGINES).join(", ")}; got ${JSON.stringify(name)}`,
     );
   }
-  if (threads !== undefined && (!Number.isInteger(threads) || threads < 1)) {
-    throw new InputError(`threads must be an integer >= 1, got ${JSON.stringify(threads)}`);
+  const limit = maxThreads();
+  if (threads !== undefined && (!Number.isInteger(threads) || threads < 1 || threads > limit)) {
+    throw new InputError(
+      `threads must be an integer >= 1 and at most ${limit} (the CPUs this process may use), got ` +
+        `${JSON.stringify(threads)}; leave it unset for ONNX Runtime's default`,
+    );
   }
   const ort = await import(ENGINES[name].module);
   if (name === "wasm") ort.env.wasm.numThreads = 1;

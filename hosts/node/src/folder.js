@@ -13,31 +13,36 @@ import path from "node:path";
 import { ManifestError } from "./errors.js";
 
 export const MANIFEST_NAME = "manifest.json";
-export const FORMAT_VERSION = 1;
+export const FORMAT_VERSION = 2;
 const SHA256 = /^[0-9a-f]{64}$/;
 
 /**
  * The parts of a manifest path, or a ManifestError: only plain relative forward-slash paths that stay
- * inside the folder ("blocks/x.onnx"), never absolute, `..`, `.`, empty parts or backslashes.
+ * inside the folder ("blocks/x.onnx"): never absolute, no empty, `.` or `..` part, no backslash, colon,
+ * control character or DEL. The same rule as the Python runtime's `plain_parts`, checked on the same
+ * cases (tests/path_cases.json).
  */
 export function checkRelativePath(relative) {
-  if (typeof relative !== "string" || relative === "") {
-    throw new ManifestError(`${MANIFEST_NAME} names ${JSON.stringify(relative)}, which is not a file path`);
-  }
-  const parts = relative.split("/");
   const plain =
-    !relative.includes("\\") &&
-    !relative.includes("\0") &&
-    !path.isAbsolute(relative) &&
-    !/^[A-Za-z]:/.test(relative) &&
-    parts.every((part) => part !== "" && part !== "." && part !== "..");
+    typeof relative === "string" &&
+    relative !== "" &&
+    !relative.startsWith("/") &&
+    ![...relative].some(isRefusedCharacter) &&
+    relative.split("/").every((part) => part !== "" && part !== "." && part !== "..");
   if (!plain) {
     throw new ManifestError(
       `${MANIFEST_NAME} names ${JSON.stringify(relative)}, which is not a plain relative path inside ` +
-        "the folder (no absolute paths, '..' or backslashes); refusing the export",
+        "the folder (no absolute paths, '..', '.', empty parts, backslashes, colons or control " +
+        "characters); refusing the export",
     );
   }
-  return parts;
+  return relative.split("/");
+}
+
+/** A control character, DEL, a backslash or a colon: never part of a plain manifest path. */
+function isRefusedCharacter(c) {
+  const code = c.charCodeAt(0);
+  return code < 32 || code === 127 || c === "\\" || c === ":";
 }
 
 export function sha256Hex(bytes) {
@@ -145,10 +150,19 @@ function checkManifest(manifest) {
   if (manifest === null || typeof manifest !== "object" || Array.isArray(manifest)) {
     throw new ManifestError(`${MANIFEST_NAME} must hold a JSON object; re-export the folder`);
   }
-  if (manifest.format_version !== FORMAT_VERSION) {
+  const version = manifest.format_version;
+  if (version !== FORMAT_VERSION) {
+    const command =
+      manifest.export_kind === "blocks"
+        ? "onnxformer export-blocks --out DIR"
+        : "onnxformer export CHECKPOINT --out DIR";
+    const fix =
+      Number.isInteger(version) && version < FORMAT_VERSION
+        ? `re-export the folder with this onnxformer: \`${command}\``
+        : "use a matching onnxformer version or re-export";
     throw new ManifestError(
-      `${MANIFEST_NAME} has format_version ${JSON.stringify(manifest.format_version)}, this host reads ` +
-        `${FORMAT_VERSION}; use a matching onnxformer version or re-export`,
+      `${MANIFEST_NAME} has format_version ${JSON.stringify(version)}, this host reads ` +
+        `${FORMAT_VERSION}; ${fix}`,
     );
   }
   if (!Array.isArray(manifest.files)) {

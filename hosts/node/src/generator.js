@@ -1,33 +1,34 @@
 /**
- * GPT text generation: `(await openExport("exported/gpt")).generate("the cat")`.
+ * Text generation on a "generate" export (GPT): `(await openExport("exported/gpt")).generate("the cat")`.
  *
- * A prompt is framed as manifest `generation.prompt_prefix_tokens` (<s>) + the text's tokens and decoded
+ * A prompt is framed as manifest `framing.prompt` says (<s> + the text's tokens for GPT) and decoded
  * greedily with the KV cache. A row may grow until the context (config max_len, prompt included) is
  * full: the last token generated needs no position, so at most max_len - prompt + 1 new tokens.
  */
 
 import { checkIds, checkOptions, greedyDecode, lastPosition } from "./decoding.js";
-import { InputError } from "./errors.js";
 import { CacheLayout } from "./kvcache.js";
+import { generationDefaults, pick } from "./manifest.js";
 import { ExportModel } from "./model.js";
 
 export class TextGenerator extends ExportModel {
-  static family = "gpt";
-  static roles = ["decoder"];
+  static task = "generate";
+  static feeds = { decoder: ["input_ids", "attention_mask"] };
 
   constructor(parts) {
     super(parts);
     this.cache = new CacheLayout(this.manifest.kv_cache, { cross: false });
-    this.prefix = this.generation.prompt_prefix_tokens ?? [this.special.bos];
+    this.generation = generationDefaults(this.manifest);
+    this.prefix = this.framing.prefix;
+    this.logits = this.io.decoder.outputs.logits;
   }
 
-  /** The ids the model is fed for `prompt`: the prefix (<s>) then the text's tokens. */
+  /** The ids the model is fed for `prompt`: the framing's prefix (<s>) then the text's tokens. */
   frame(prompt) {
-    if (typeof prompt !== "string") throw new InputError(`prompt must be a string, got ${typeof prompt}`);
-    return [...this.prefix, ...this.tokenizer.encode(prompt)];
+    return super.frame(prompt, { what: "prompt" });
   }
 
-  /** The greedy continuation of `prompt` as text (special tokens left out). */
+  /** The greedy continuation of `prompt` as text (special tokens left out; "" for maxNewTokens 0). */
   async generate(prompt, options = {}) {
     const { tokens } = await this.generateIds(this.frame(prompt), options);
     return this.tokenizer.decode(tokens);
@@ -39,8 +40,8 @@ export class TextGenerator extends ExportModel {
    */
   async generateIds(inputIds, { maxNewTokens, stopTokens } = {}) {
     const options = {
-      maxNewTokens: maxNewTokens ?? this.generation.max_new_tokens ?? this.maxLen,
-      stopTokens: stopTokens ?? this.generation.stop_tokens ?? [this.special.eos],
+      maxNewTokens: maxNewTokens ?? this.generation.max_new_tokens,
+      stopTokens: stopTokens ?? this.generation.stop_tokens,
     };
     checkOptions(options, { vocabSize: this.vocabSize });
     const ids = checkIds(inputIds, { vocabSize: this.vocabSize, limit: this.maxLen, what: "prompt" });
@@ -53,10 +54,14 @@ export class TextGenerator extends ExportModel {
 
   /** ids (1, T) with the cache (1, H, P, Dh) -> logits at the last position (V,), the cache with P + T. */
   #step = async (ids, cache, total) => {
-    const outputs = await this.graphs.decoder.run(
-      { input_ids: this.engine.ids(ids), attention_mask: this.engine.ones(total), ...cache },
-      ["logits", ...this.cache.presentNames],
-    );
-    return { logits: lastPosition(outputs.logits), cache: this.cache.next(outputs) };
+    const feeds = pick(this.io.decoder, {
+      input_ids: this.engine.ids(ids),
+      attention_mask: this.engine.ones(total),
+    });
+    const outputs = await this.graphs.decoder.run({ ...feeds, ...cache }, [
+      this.logits,
+      ...this.cache.presentNames,
+    ]);
+    return { logits: lastPosition(outputs[this.logits]), cache: this.cache.next(outputs) };
   };
 }

@@ -5,16 +5,17 @@
  *   const gpt = await openExport("exported/gpt");            // checks every file, loads the graphs
  *   const text = await gpt.generate("the cat", { maxNewTokens: 20 });
  *
- * `openExport` picks the model class from the manifest's family (gpt, t5, bert) and runs it on the engine
- * asked for: "native" (onnxruntime-node) or "wasm" (onnxruntime-web's WebAssembly backend).
+ * `openExport` picks the model class from the manifest's task (generate, encode, seq2seq) and runs it on
+ * the engine asked for: "native" (onnxruntime-node) or "wasm" (onnxruntime-web's WebAssembly backend).
  */
 
-export { Engine, ENGINES, loadEngine } from "./engine.js";
+export { Engine, ENGINES, loadEngine, maxThreads } from "./engine.js";
 export { SentenceEncoder } from "./encoder.js";
 export { GoldenError, InputError, ManifestError, OnnxformerError } from "./errors.js";
 export { checkRelativePath, ExportFolder } from "./folder.js";
 export { TextGenerator } from "./generator.js";
 export { verifyExport } from "./goldens.js";
-export { FAMILIES, openExport, openFolder } from "./open.js";
+export { TASKS } from "./manifest.js";
+export { CLASSES, openExport, openFolder } from "./open.js";
 export { TextToText } from "./seq2seq.js";
 export { decodeTensorProto } from "./tensorproto.js";

@@ -1,14 +1,24 @@
 /**
  * The KV-cache names of an export (manifest `kv_cache`, one "{i}" per layer) and the tensors that go with
  * them: the empty cache of the first step, and one step's `present.*` outputs as the next step's
- * `past_key_values.*` inputs. Tensors are laid out (batch, heads, sequence, head_dim).
+ * `past_key_values.*` inputs. Tensors are laid out (batch, kv_heads, sequence, head_dim).
  */
 
 import { ManifestError } from "./errors.js";
+import { CACHE_LAYOUT } from "./manifest.js";
 
 export class CacheLayout {
   constructor(kvCache, { cross }) {
-    for (const key of ["layers", "heads", "head_dim"]) {
+    if (kvCache === null || typeof kvCache !== "object") {
+      throw new ManifestError("manifest.json: kv_cache is missing; re-export the folder with onnxformer");
+    }
+    if (JSON.stringify(kvCache.layout) !== JSON.stringify(CACHE_LAYOUT)) {
+      throw new ManifestError(
+        `manifest.json: kv_cache.layout must be ${JSON.stringify(CACHE_LAYOUT)}, got ` +
+          `${JSON.stringify(kvCache.layout)}; re-export`,
+      );
+    }
+    for (const key of ["layers", "kv_heads", "head_dim"]) {
       if (!Number.isInteger(kvCache?.[key]) || kvCache[key] <= 0) {
         throw new ManifestError(`manifest.json: kv_cache.${key} must be a positive integer; re-export`);
       }
@@ -21,7 +31,7 @@ export class CacheLayout {
       }
     }
     this.layers = kvCache.layers;
-    this.heads = kvCache.heads;
+    this.heads = kvCache.kv_heads;
     this.headDim = kvCache.head_dim;
     this.pastNames = this.#names(kvCache.past_key, kvCache.past_value);
     this.presentNames = this.#names(kvCache.present_key, kvCache.present_value);

@@ -1,9 +1,12 @@
 /**
- * What every model export shares: the checked folder, the engine, the tokenizer, and one session per
- * graph role the family runs (manifest `graphs`: "decoder", "encoder"), each created from checked bytes.
+ * What every model export shares: the checked folder, the engine, the tokenizer, the framing of the
+ * task's text, and one session per graph role the task runs (manifest `graphs`: "decoder", "encoder"),
+ * each created from checked bytes. The manifest's `task` picks the class; each class says which inputs
+ * it can feed each role (`static feeds`), and the manifest's `io` says which of them a graph takes.
  */
 
-import { ManifestError } from "./errors.js";
+import { InputError, ManifestError } from "./errors.js";
+import { graphIO, taskSpec, textFraming } from "./manifest.js";
 import { TextTokenizer } from "./tokenizer.js";
 
 export class ExportModel {
@@ -19,11 +22,42 @@ export class ExportModel {
     this.generation = this.manifest.generation ?? {};
     this.maxLen = requireInteger(this.config, "max_len");
     this.vocabSize = requireInteger(this.config, "vocab_size");
+    this.framing = textFraming(this.manifest);
+    this.io = {};
+    for (const role of this.constructor.roles) {
+      this.io[role] = graphIO(this.manifest, role, this.constructor.feeds[role]);
+    }
   }
 
-  /** Load the tokenizer and the sessions of the family's `roles` (called on a family class). */
+  /** The graph roles the class's task runs. */
+  static get roles() {
+    return taskSpec({ task: this.task }).roles;
+  }
+
+  /** The manifest's family (informational: the host goes by `task`). */
+  get family() {
+    return this.manifest.family;
+  }
+
+  get task() {
+    return this.manifest.task;
+  }
+
+  /** The ids the model reads for `text`: the manifest's framing (e.g. <cls> + tokens + <sep>). */
+  frame(text, { what = "text" } = {}) {
+    if (typeof text !== "string") throw new InputError(`${what} must be a string, got ${typeof text}`);
+    return [...this.framing.prefix, ...this.tokenizer.encode(text), ...this.framing.suffix];
+  }
+
+  /** Load the tokenizer and the sessions of the task's `roles` (called on a model class). */
   static async load(folder, engine) {
     const manifest = folder.manifest;
+    if (manifest.task !== this.task) {
+      throw new ManifestError(
+        `${folder.root} holds a ${manifest.family} export (task ${JSON.stringify(manifest.task)}), which ` +
+          `${this.name} cannot run; open it with openExport`,
+      );
+    }
     if (typeof manifest.tokenizer !== "string") {
       throw new ManifestError(
         "manifest.json names no tokenizer; re-export the folder with `onnxformer export`",
@@ -42,16 +76,16 @@ export class ExportModel {
         const file = manifest.graphs?.[role];
         if (typeof file !== "string") {
           throw new ManifestError(
-            `manifest.json has no graphs.${role} for a ${manifest.family} export; re-export`,
+            `manifest.json has no graphs.${role} for a ${manifest.task} export; re-export`,
           );
         }
         graphs[role] = await engine.createSession(await folder.read(file), folder.entry(file));
       }
+      return new this({ folder, engine, tokenizer, graphs });
     } catch (error) {
       await Promise.all(Object.values(graphs).map((graph) => graph.release()));
       throw error;
     }
-    return new this({ folder, engine, tokenizer, graphs });
   }
 
   /** Release the engine sessions. */

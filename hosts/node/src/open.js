@@ -1,6 +1,6 @@
 /**
- * Opening a model export: the folder is checked, the family's class (manifest `family`) loads the graphs
- * it runs on the engine asked for.
+ * Opening a model export: the folder is checked, the class of the manifest's `task` loads the graphs it
+ * runs on the engine asked for.
  */
 
 import { Engine, loadEngine } from "./engine.js";
@@ -8,9 +8,13 @@ import { SentenceEncoder } from "./encoder.js";
 import { ManifestError } from "./errors.js";
 import { ExportFolder } from "./folder.js";
 import { TextGenerator } from "./generator.js";
+import { TASKS } from "./manifest.js";
 import { TextToText } from "./seq2seq.js";
 
-export const FAMILIES = { gpt: TextGenerator, t5: TextToText, bert: SentenceEncoder };
+/** Per task (manifest `task`), the class that runs it. */
+export const CLASSES = Object.fromEntries(
+  [TextGenerator, SentenceEncoder, TextToText].map((cls) => [cls.task, cls]),
+);
 
 /**
  * Open a model export folder.
@@ -25,18 +29,18 @@ export async function openExport(dir, { engine = "native", threads } = {}) {
 
 /** The model of an already opened folder. */
 export async function openFolder(folder, { engine = "native", threads } = {}) {
-  const { export_kind: kind, family } = folder.manifest;
+  const { export_kind: kind, task } = folder.manifest;
   if (kind !== "model") {
     throw new ManifestError(
       `${folder.root} is a ${JSON.stringify(kind)} export, not a model; open the folder \`onnxformer export\` ` +
         "wrote (a blocks export can only be verified: node bin/verify.js DIR)",
     );
   }
-  if (!Object.hasOwn(FAMILIES, family)) {
+  if (!Object.hasOwn(CLASSES, task) || !Object.hasOwn(TASKS, task)) {
     throw new ManifestError(
-      `${folder.root} holds family ${JSON.stringify(family)}; this host runs ${Object.keys(FAMILIES).join(", ")}`,
+      `${folder.root} has task ${JSON.stringify(task)}; this host runs ${Object.keys(CLASSES).join(", ")}`,
     );
   }
   const runner = engine instanceof Engine ? engine : await loadEngine(engine, { threads });
-  return FAMILIES[family].load(folder, runner);
+  return CLASSES[task].load(folder, runner);
 }

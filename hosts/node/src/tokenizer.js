@@ -30,7 +30,7 @@ export class TextTokenizer {
     return this.tokenizer.encode(text, { add_special_tokens: false }).ids;
   }
 
-  /** The text of `ids` with special tokens left out. */
+  /** The text of `ids` with special tokens left out ("" for no ids, as the Python runtime). */
   decode(ids) {
     const bad = ids.filter((id) => !Number.isInteger(id) || id < 0 || id >= this.vocabSize);
     if (bad.length > 0) {
@@ -38,6 +38,7 @@ export class TextTokenizer {
         `token ids ${bad.slice(0, 5)} are outside the vocabulary 0 .. ${this.vocabSize - 1}`,
       );
     }
+    if (ids.length === 0) return ""; // the library refuses an empty list
     return this.tokenizer.decode(ids, { skip_special_tokens: true });
   }
 }

@@ -37,6 +37,31 @@ test("plain relative paths are accepted", () => {
   assert.deepEqual(checkRelativePath("goldens/blocks/decoder_layer_0/test_data_set_0/input_0.pb").length, 5);
 });
 
+// The path cases every host shares: pytest and scripts/reliability.py read the same file.
+const PATH_CASES = JSON.parse(
+  await readFile(new URL("../../../tests/path_cases.json", import.meta.url), "utf-8"),
+);
+
+test("the shared path cases: each plain path accepted, each other path refused", () => {
+  assert.ok(PATH_CASES.refuse.length >= 25 && PATH_CASES.accept.length >= 5);
+  for (const { path: plain, reason } of PATH_CASES.accept) {
+    assert.deepEqual(checkRelativePath(plain), plain.split("/"), reason);
+  }
+  for (const { path: bad, reason } of PATH_CASES.refuse) {
+    assert.throws(
+      () => checkRelativePath(bad),
+      (error) => error instanceof ManifestError && /not a plain relative path/.test(error.message),
+      `${JSON.stringify(bad)} (${reason}) must be refused`,
+    );
+  }
+  for (const bad of ["line\nbreak", "a\x7fb", "a:b.onnx"]) {
+    assert.ok(
+      PATH_CASES.refuse.some((item) => item.path === bad),
+      `${JSON.stringify(bad)} is a case`,
+    );
+  }
+});
+
 test("absolute, '..', '.', empty-part and backslash paths are refused", () => {
   for (const bad of [
     "/etc/passwd",
@@ -54,7 +79,7 @@ test("absolute, '..', '.', empty-part and backslash paths are refused", () => {
 
 test("a manifest listing a path with '..' is refused when the folder opens", async (t) => {
   const dir = await folderWithManifest(t, {
-    format_version: 1,
+    format_version: 2,
     files: [{ path: "../outside.onnx", size: 1, sha256: "0".repeat(64), kind: "decoder" }],
   });
   await assert.rejects(ExportFolder.open(dir), (error) => {
@@ -66,7 +91,7 @@ test("a manifest listing a path with '..' is refused when the folder opens", asy
 
 test("a golden case folder with '..' is refused too", async (t) => {
   const dir = await folderWithManifest(t, {
-    format_version: 1,
+    format_version: 2,
     files: [],
     goldens: {
       end_to_end: null,
@@ -77,8 +102,18 @@ test("a golden case folder with '..' is refused too", async (t) => {
 });
 
 test("an unknown format_version is refused with the fix", async (t) => {
-  const dir = await folderWithManifest(t, { format_version: 2, files: [] });
-  await refused(ExportFolder.open(dir), /format_version 2, this host reads 1/);
+  const dir = await folderWithManifest(t, { format_version: 3, files: [] });
+  await refused(ExportFolder.open(dir), /format_version 3, this host reads 2/);
+});
+
+test("a format 1 folder is refused, naming the command that re-exports it", async (t) => {
+  const model = await folderWithManifest(t, { format_version: 1, export_kind: "model", files: [] });
+  await refused(
+    ExportFolder.open(model),
+    /format_version 1, this host reads 2; re-export .*`onnxformer export CHECKPOINT --out DIR`/,
+  );
+  const blocks = await folderWithManifest(t, { format_version: 1, export_kind: "blocks", files: [] });
+  await refused(ExportFolder.open(blocks), /`onnxformer export-blocks --out DIR`/);
 });
 
 test("a folder without manifest.json is not an export", async (t) => {
@@ -134,4 +169,35 @@ test("a missing listed file is named", async (t) => {
   const dir = await scratchCopy(t, "gpt");
   await unlink(path.join(dir, "decoder.onnx"));
   await refused(openExport(dir), /^decoder\.onnx is listed in manifest\.json but missing/);
+});
+
+/** A scratch copy of exported/`name` with its manifest changed by `change`. */
+async function withManifest(t, name, change) {
+  const dir = await scratchCopy(t, name);
+  const file = path.join(dir, "manifest.json");
+  const manifest = JSON.parse(await readFile(file, "utf-8"));
+  change(manifest);
+  await writeFile(file, JSON.stringify(manifest));
+  return dir;
+}
+
+test("the manifest's task picks the class; an unknown task or an unfeedable input is refused", async (t) => {
+  await refused(
+    openExport(await withManifest(t, "gpt", (m) => (m.task = "translate"))),
+    /has task "translate"; this host runs generate, encode, seq2seq/,
+  );
+  await refused(
+    openExport(await withManifest(t, "bert", (m) => m.io.encoder.inputs.push("pixel_values"))),
+    /io\.encoder\.inputs names \["pixel_values"\], which this task does not feed/,
+  );
+  await refused(
+    openExport(await withManifest(t, "gpt", (m) => (m.framing.prompt.prefix = ["start"]))),
+    /framing\.prompt names "start", which special_tokens lacks/,
+  );
+  await refused(
+    openExport(
+      await withManifest(t, "t5", (m) => (m.kv_cache.layout = ["batch", "sequence", "heads", "head_dim"])),
+    ),
+    /kv_cache\.layout must be/,
+  );
 });

@@ -7,6 +7,7 @@ import { after, before, test } from "node:test";
 import {
   InputError,
   loadEngine,
+  maxThreads,
   openExport,
   SentenceEncoder,
   TextGenerator,
@@ -101,4 +102,50 @@ test("bad inputs and options are refused with InputError", async () => {
   await refused(models.t5.generate(""), /non-empty string/);
   await refused(loadEngine("cuda"), /engine must be one of native, wasm/);
   await refused(loadEngine("native", { threads: 0 }), /threads must be an integer >= 1/);
+  for (const threads of [-1, 1.5, 10 ** 6, true, "2", maxThreads() + 1]) {
+    await refused(loadEngine("native", { threads }), /threads must be an integer >= 1 and at most \d+/);
+  }
+  const most = await loadEngine("native", { threads: maxThreads() });
+  assert.equal(most.threads, maxThreads());
+});
+
+test("the framing comes from the manifest and is the framing of training", () => {
+  const text = "The cat sat.";
+  const { gpt, bert, t5 } = models;
+  assert.deepEqual(gpt.frame(text), [gpt.special.bos, ...gpt.tokenizer.encode(text)]);
+  assert.deepEqual(bert.frame(text), [bert.special.cls, ...bert.tokenizer.encode(text), bert.special.sep]);
+  assert.deepEqual(t5.frame(text), [...t5.tokenizer.encode(text), t5.special.eos]);
+  assert.deepEqual(
+    Object.fromEntries(Object.entries(models).map(([family, model]) => [family, model.task])),
+    { gpt: "generate", t5: "seq2seq", bert: "encode" },
+  );
+});
+
+test("maxNewTokens 0 gives the empty continuation, as the Python runtime does", async () => {
+  assert.equal(await models.gpt.generate("The cat", { maxNewTokens: 0 }), "");
+  assert.equal(await models.t5.generate("the cat", { maxNewTokens: 0 }), "");
+  assert.equal(models.gpt.tokenizer.decode([]), "");
+});
+
+test("embed takes one text or an array of texts", async () => {
+  const texts = ["The cat sat.", "A dog ran.", ""];
+  const vectors = await models.bert.embed(texts);
+  assert.ok(Array.isArray(vectors) && vectors.length === texts.length);
+  for (const [index, text] of texts.entries()) {
+    assert.ok(vectors[index] instanceof Float32Array);
+    assert.deepEqual(vectors[index], await models.bert.embed(text));
+  }
+  assert.notDeepEqual(vectors[0], vectors[1]);
+  await assert.rejects(
+    models.bert.embed([]),
+    (error) => error instanceof InputError && /at least one/.test(error.message),
+  );
+  await assert.rejects(
+    models.bert.embed(["fine", 7]),
+    (error) => error instanceof InputError && /text 1 must be a string/.test(error.message),
+  );
+  await assert.rejects(
+    models.bert.embed(["fine", "word ".repeat(100)]),
+    (error) => error instanceof InputError && /text 1 has \d+ tokens/.test(error.message),
+  );
 });
