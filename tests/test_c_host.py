@@ -233,35 +233,27 @@ def _minimal(folder: Path, paths: list[str], data: bytes = b"payload") -> Path:
     return folder
 
 
-# Until tests/path_cases.json (shared by the Python and Node hosts) exists: the Python runtime's hostile
-# paths (tests/runtime/test_hostile_folders.py) and these plain ones.
-ACCEPTED = ["tokenizer.json", "goldens/decoder/test_data_set_0/input_0.pb", "a b/c-d_e.f", "été.json"]
+def _path_cases() -> list[tuple[str, bool, str]]:
+    """tests/path_cases.json, the file the Python and Node hosts' tests read too."""
+    cases = json.loads(PATH_CASES.read_text())
+    return [(case["path"], True, case["reason"]) for case in cases["accept"]] + [
+        (case["path"], False, case["reason"]) for case in cases["refuse"]
+    ]
 
 
-def _path_cases() -> list[tuple[str, bool]]:
-    if PATH_CASES.exists():
-        cases = json.loads(PATH_CASES.read_text())["cases"]
-        return [(case["path"], case["accept"]) for case in cases]
-    sys.path.insert(0, str(ROOT / "tests" / "runtime"))
-    try:
-        from test_hostile_folders import HOSTILE_PATHS
-    finally:
-        sys.path.pop(0)
-    return [(path, False) for path in HOSTILE_PATHS] + [(path, True) for path in ACCEPTED]
-
-
-@pytest.mark.parametrize(("path", "accept"), _path_cases(), ids=lambda value: repr(value)[:30])
-def test_the_shared_path_cases(c_host: Path, tmp_path: Path, path: str, accept: bool) -> None:
-    folder = _minimal(tmp_path / "export", [path])
+@pytest.mark.parametrize(("path", "accept", "reason"), _path_cases(), ids=lambda value: repr(value)[:30])
+def test_the_shared_path_cases(c_host: Path, tmp_path: Path, path: str, accept: bool, reason: str) -> None:
+    payload = protobuf.field(1, 10)  # ModelProto{ir_version: 10}: an .onnx path is read as a model
+    folder = _minimal(tmp_path / "export", [path], payload)
     if accept:
         (folder / path).parent.mkdir(parents=True, exist_ok=True)
-        (folder / path).write_bytes(b"payload")
+        (folder / path).write_bytes(payload)
     result = run(c_host, "check", str(folder))
     if accept:
-        assert result.returncode == 0, result.stderr
+        assert result.returncode == 0, f"{path!r} ({reason}) was refused: {result.stderr}"
         assert "1 files match manifest.json" in result.stdout
     else:
-        assert result.returncode == 2
+        assert result.returncode == 2, f"{path!r} ({reason}) was accepted"
         message = result.stderr
         assert message.startswith("onnxformer-c: ManifestError: ")
         if "\x00" in path:  # cJSON strings end at a NUL, so the manifest is refused as a whole
