@@ -10,10 +10,16 @@ int main(int argc, char **argv) {
   }
   oxf_error err;
   oxf_model *model = oxf_model_open(argv[1], &err);
-  if (model == NULL) { fprintf(stderr, "%s\n", err.message); return 1; }
-  int64_t prompt[] = {1, 90, 263, 310};  /* <s> "the cat" */
+  if (model == NULL) {
+    fprintf(stderr, "%s\n", err.message);
+    return 1;
+  }
+  int64_t prompt[] = {1, 90, 263, 310}; /* <s> "the cat" */
   oxf_generation out;
-  if (oxf_generate(model, prompt, 4, NULL, &out, &err) != 0) { fprintf(stderr, "%s\n", err.message); return 1; }
+  if (oxf_generate(model, prompt, 4, NULL, &out, &err) != 0) {
+    fprintf(stderr, "%s\n", err.message);
+    return 1;
+  }
   for (size_t i = 0; i < out.n_tokens; i++) printf("%lld ", (long long)out.tokens[i]);
   printf("(%s)\n", out.finish_reason);
   oxf_generation_free(&out);

@@ -58,8 +58,7 @@ oxf_folder *oxf_folder_open(const char *dir, oxf_error *err);
 void oxf_folder_close(oxf_folder *folder);
 
 /* The bytes of a listed file (malloc'd; free() them) after its size and sha256 matched the manifest. */
-int oxf_folder_read(oxf_folder *folder, const char *relative, uint8_t **bytes, size_t *size,
-                    oxf_error *err);
+int oxf_folder_read(oxf_folder *folder, const char *relative, uint8_t **bytes, size_t *size, oxf_error *err);
 
 /* Read and check every listed file; `n_files` (may be NULL) gets how many. */
 int oxf_folder_check_all(oxf_folder *folder, size_t *n_files, oxf_error *err);

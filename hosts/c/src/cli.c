@@ -17,11 +17,11 @@
 
 #include "onnxformer.h"
 
-#define USAGE                                                                                              \
-  "usage: onnxformer-c verify DIR [DIR ...]\n"                                                             \
-  "       onnxformer-c check DIR [DIR ...]\n"                                                              \
-  "       onnxformer-c generate DIR --ids 1,90,263 [--max-new-tokens N] [--stop-tokens 2,5|\"\"]\n"        \
-  "       onnxformer-c check-path PATH\n"                                                                 \
+#define USAGE                                                                                       \
+  "usage: onnxformer-c verify DIR [DIR ...]\n"                                                      \
+  "       onnxformer-c check DIR [DIR ...]\n"                                                       \
+  "       onnxformer-c generate DIR --ids 1,90,263 [--max-new-tokens N] [--stop-tokens 2,5|\"\"]\n" \
+  "       onnxformer-c check-path PATH\n"                                                           \
   "       onnxformer-c tensor FILE.pb [FILE.pb ...]\n"
 
 static int fail(const oxf_error *err) {
@@ -205,7 +205,8 @@ static int generate(int argc, char **argv) {
   }
   int64_t *ids = NULL, *stops = NULL;
   size_t n_ids = 0, n_stops = 0;
-  if (parse_ids(ids_text, &ids, &n_ids) != 0 || (stops_text && parse_ids(stops_text, &stops, &n_stops) != 0)) {
+  if (parse_ids(ids_text, &ids, &n_ids) != 0 ||
+      (stops_text && parse_ids(stops_text, &stops, &n_stops) != 0)) {
     fprintf(stderr, "onnxformer-c: --ids and --stop-tokens take comma-separated integers (1,90,263)\n");
     free(ids);
     free(stops);

@@ -17,7 +17,9 @@ int oxf_ort_check(OrtStatus *status, const char *what, oxf_error *err) {
   return -1;
 }
 
-const char *oxf_onnxruntime_version(void) { return OrtGetApiBase()->GetVersionString(); }
+const char *oxf_onnxruntime_version(void) {
+  return OrtGetApiBase()->GetVersionString();
+}
 
 int oxf_engine_acquire(oxf_error *err) {
   if (users > 0) {
@@ -28,12 +30,13 @@ int oxf_engine_acquire(oxf_error *err) {
    * headers returns NULL here. */
   oxf_ort = OrtGetApiBase()->GetApi(ORT_API_VERSION);
   if (oxf_ort == NULL)
-    return oxf_fail(err, OXF_INFERENCE_ERROR,
-                    "the ONNX Runtime library (%s) does not serve C API version %d, which this host was built "
-                    "with; build against the library's own headers (hosts/c/setup.sh)",
-                    oxf_onnxruntime_version(), ORT_API_VERSION);
-  if (oxf_ort_check(oxf_ort->CreateEnv(ORT_LOGGING_LEVEL_ERROR, "onnxformer-c", &env), "creating its environment",
-                    err) != 0)
+    return oxf_fail(
+        err, OXF_INFERENCE_ERROR,
+        "the ONNX Runtime library (%s) does not serve C API version %d, which this host was built "
+        "with; build against the library's own headers (hosts/c/setup.sh)",
+        oxf_onnxruntime_version(), ORT_API_VERSION);
+  if (oxf_ort_check(oxf_ort->CreateEnv(ORT_LOGGING_LEVEL_ERROR, "onnxformer-c", &env),
+                    "creating its environment", err) != 0)
     return -1;
   users = 1;
   return 0;
@@ -62,7 +65,8 @@ int oxf_session_create(oxf_folder *folder, const char *file, oxf_session *sessio
   if (status == 0) status = oxf_ort_check(oxf_ort->SetIntraOpNumThreads(options, 1), what, err);
   if (status == 0) status = oxf_ort_check(oxf_ort->SetInterOpNumThreads(options, 1), what, err);
   if (status == 0)
-    status = oxf_ort_check(oxf_ort->CreateSessionFromArray(env, bytes, size, options, &session->session), what, err);
+    status = oxf_ort_check(oxf_ort->CreateSessionFromArray(env, bytes, size, options, &session->session),
+                           what, err);
   if (options != NULL) oxf_ort->ReleaseSessionOptions(options);
   free(bytes);
   if (status != 0) {
@@ -113,20 +117,28 @@ static int value_i64(size_t n, const int64_t *ids, int64_t fill, OrtValue **valu
 int oxf_value_ids(const int64_t *ids, size_t n, OrtValue **value, oxf_error *err) {
   return value_i64(n, ids, 0, value, err);
 }
-int oxf_value_ones(size_t n, OrtValue **value, oxf_error *err) { return value_i64(n, NULL, 1, value, err); }
-int oxf_value_zeros_i64(size_t n, OrtValue **value, oxf_error *err) { return value_i64(n, NULL, 0, value, err); }
+int oxf_value_ones(size_t n, OrtValue **value, oxf_error *err) {
+  return value_i64(n, NULL, 1, value, err);
+}
+int oxf_value_zeros_i64(size_t n, OrtValue **value, oxf_error *err) {
+  return value_i64(n, NULL, 0, value, err);
+}
 
 int oxf_value_shape(const OrtValue *value, int64_t *dims, size_t *rank, ONNXTensorElementDataType *type,
                     size_t *count, oxf_error *err) {
   OrtTensorTypeAndShapeInfo *info;
-  if (oxf_ort_check(oxf_ort->GetTensorTypeAndShape(value, &info), "describing an output", err) != 0) return -1;
+  if (oxf_ort_check(oxf_ort->GetTensorTypeAndShape(value, &info), "describing an output", err) != 0)
+    return -1;
   size_t n = 0;
   int status = oxf_ort_check(oxf_ort->GetDimensionsCount(info, &n), "describing an output", err);
   if (status == 0 && n > OXF_MAX_RANK)
-    status = oxf_fail(err, OXF_INFERENCE_ERROR, "an output has %zu dimensions, more than %d", n, OXF_MAX_RANK);
+    status =
+        oxf_fail(err, OXF_INFERENCE_ERROR, "an output has %zu dimensions, more than %d", n, OXF_MAX_RANK);
   if (status == 0) status = oxf_ort_check(oxf_ort->GetDimensions(info, dims, n), "describing an output", err);
-  if (status == 0) status = oxf_ort_check(oxf_ort->GetTensorElementType(info, type), "describing an output", err);
-  if (status == 0) status = oxf_ort_check(oxf_ort->GetTensorShapeElementCount(info, count), "describing an output", err);
+  if (status == 0)
+    status = oxf_ort_check(oxf_ort->GetTensorElementType(info, type), "describing an output", err);
+  if (status == 0)
+    status = oxf_ort_check(oxf_ort->GetTensorShapeElementCount(info, count), "describing an output", err);
   *rank = n;
   oxf_ort->ReleaseTensorTypeAndShapeInfo(info);
   return status;
@@ -139,11 +151,12 @@ void oxf_values_release(OrtValue **values, size_t n) {
   }
 }
 
-int oxf_run(const oxf_session *session, const char *const *input_names, const OrtValue *const *inputs, size_t n_in,
-            const char *const *output_names, size_t n_out, OrtValue **outputs, oxf_error *err) {
+int oxf_run(const oxf_session *session, const char *const *input_names, const OrtValue *const *inputs,
+            size_t n_in, const char *const *output_names, size_t n_out, OrtValue **outputs, oxf_error *err) {
   for (size_t i = 0; i < n_out; i++) outputs[i] = NULL;
   char what[512];
   snprintf(what, sizeof what, "running %s", session->file);
   return oxf_ort_check(
-      oxf_ort->Run(session->session, NULL, input_names, inputs, n_in, output_names, n_out, outputs), what, err);
+      oxf_ort->Run(session->session, NULL, input_names, inputs, n_in, output_names, n_out, outputs), what,
+      err);
 }

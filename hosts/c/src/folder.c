@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,30 +19,7 @@
 #include "internal.h"
 
 #define MAX_MANIFEST_BYTES ((size_t)64 << 20) /* far above any real manifest */
-#define MAX_FILE_BYTES ((uint64_t)1 << 31)     /* protobuf's limit on one serialized message */
-#define MAX_JSON_DEPTH 64
-
-int oxf_fail(oxf_error *err, oxf_error_kind kind, const char *format, ...) {
-  if (err != NULL) {
-    err->kind = kind;
-    va_list args;
-    va_start(args, format);
-    vsnprintf(err->message, sizeof err->message, format, args);
-    va_end(args);
-  }
-  return -1;
-}
-
-const char *oxf_error_kind_name(oxf_error_kind kind) {
-  switch (kind) {
-    case OXF_OK: return "ok";
-    case OXF_MANIFEST_ERROR: return "ManifestError";
-    case OXF_INPUT_ERROR: return "InputError";
-    case OXF_GOLDEN_ERROR: return "GoldenError";
-    case OXF_INFERENCE_ERROR: return "InferenceError";
-  }
-  return "Error";
-}
+#define MAX_FILE_BYTES ((uint64_t)1 << 31)    /* protobuf's limit on one serialized message */
 
 /* ---- paths ---- */
 
@@ -202,122 +178,6 @@ done:
   return status;
 }
 
-/* ---- JSON ---- */
-
-bool oxf_valid_utf8(const uint8_t *text, size_t size) {
-  for (size_t i = 0; i < size;) {
-    uint8_t byte = text[i];
-    size_t extra = byte < 0x80 ? 0 : (byte >> 5) == 6 ? 1 : (byte >> 4) == 14 ? 2 : (byte >> 3) == 30 ? 3 : 9;
-    if (extra == 9 || i + extra >= size) return false;
-    uint32_t code = extra == 0 ? byte : byte & (0x3f >> extra);
-    for (size_t k = 1; k <= extra; k++) {
-      if ((text[i + k] & 0xc0) != 0x80) return false;
-      code = code << 6 | (text[i + k] & 0x3f);
-    }
-    static const uint32_t least[] = {0, 0x80, 0x800, 0x10000};
-    if (code < least[extra] || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) return false;
-    i += extra + 1;
-  }
-  return true;
-}
-
-/* Refuse what cJSON and Python's json would read differently: a key twice in one object (Python keeps the
- * last, cJSON finds the first) and nesting past MAX_JSON_DEPTH. */
-static int check_json_tree(const cJSON *item, int depth, oxf_error *err) {
-  if (depth > MAX_JSON_DEPTH)
-    return oxf_fail(err, OXF_MANIFEST_ERROR, "%s nests deeper than %d levels; re-export the folder",
-                    OXF_MANIFEST_NAME, MAX_JSON_DEPTH);
-  for (const cJSON *child = item->child; child != NULL; child = child->next) {
-    if (cJSON_IsObject(item)) {
-      for (const cJSON *other = item->child; other != child; other = other->next) {
-        if (strcmp(other->string, child->string) == 0)
-          return oxf_fail(err, OXF_MANIFEST_ERROR, "%s has the key \"%.100s\" twice in one object; re-export",
-                          OXF_MANIFEST_NAME, child->string);
-      }
-    }
-    if (check_json_tree(child, depth + 1, err) != 0) return -1;
-  }
-  return 0;
-}
-
-static const char *type_name(int type) {
-  switch (type) {
-    case cJSON_Object: return "an object";
-    case cJSON_Array: return "a list";
-    case cJSON_String: return "a string";
-    case cJSON_Number: return "a number";
-    default: return "a value";
-  }
-}
-
-const cJSON *oxf_json_get(const cJSON *object, const char *key, int type, const char *where, oxf_error *err) {
-  const cJSON *item = cJSON_IsObject(object) ? cJSON_GetObjectItemCaseSensitive(object, key) : NULL;
-  if (item == NULL || (item->type & 0xff) != type) {
-    oxf_fail(err, OXF_MANIFEST_ERROR, "%s: %s%s %s %s; re-export the folder with onnxformer", OXF_MANIFEST_NAME,
-             where, key, item == NULL ? "is missing, it must be" : "must be", type_name(type));
-    return NULL;
-  }
-  return item;
-}
-
-int oxf_json_int(const cJSON *item, int64_t low, int64_t high, int64_t *value, const char *where,
-                 oxf_error *err) {
-  double number = cJSON_IsNumber(item) ? item->valuedouble : NAN;
-  if (!(number >= (double)low && number <= (double)high) || number != floor(number))
-    return oxf_fail(err, OXF_MANIFEST_ERROR, "%s: %s must be an integer in %jd .. %jd; re-export the folder",
-                    OXF_MANIFEST_NAME, where, (intmax_t)low, (intmax_t)high);
-  *value = (int64_t)number;
-  return 0;
-}
-
-int oxf_json_ids(const cJSON *array, int64_t high, int64_t **ids, size_t *n_ids, const char *where,
-                 oxf_error *err) {
-  *ids = NULL;
-  *n_ids = 0;
-  if (!cJSON_IsArray(array))
-    return oxf_fail(err, OXF_MANIFEST_ERROR, "%s: %s must be a list of token ids; re-export the folder",
-                    OXF_MANIFEST_NAME, where);
-  size_t n = (size_t)cJSON_GetArraySize(array);
-  if (n == 0) return 0;
-  int64_t *values = calloc(n, sizeof *values);
-  if (values == NULL) return oxf_fail(err, OXF_INFERENCE_ERROR, "out of memory");
-  size_t i = 0;
-  for (const cJSON *item = array->child; item != NULL; item = item->next, i++) {
-    if (oxf_json_int(item, 0, high - 1, &values[i], where, err) != 0) {
-      free(values);
-      return -1;
-    }
-  }
-  *ids = values;
-  *n_ids = n;
-  return 0;
-}
-
-cJSON *oxf_json_parse(const uint8_t *text, size_t size, const char *shown, oxf_error *err) {
-  /* Strict UTF-8, no NUL (cJSON's strings end at one, so "a\u0000/../x" would silently become "a"). */
-  bool nul = memchr(text, 0, size) != NULL;
-  for (size_t i = 0; !nul && i + 6 <= size; i++)
-    nul = text[i] == '\\' && text[i + 1] == 'u' && memcmp(text + i + 2, "0000", 4) == 0;
-  if (!oxf_valid_utf8(text, size)) {
-    oxf_fail(err, OXF_MANIFEST_ERROR, "%s is not UTF-8 text; re-export the folder", shown);
-    return NULL;
-  }
-  if (nul) {
-    oxf_fail(err, OXF_MANIFEST_ERROR, "%s holds a NUL character; re-export the folder", shown);
-    return NULL;
-  }
-  cJSON *tree = cJSON_ParseWithLength((const char *)text, size);
-  if (tree == NULL) {
-    oxf_fail(err, OXF_MANIFEST_ERROR, "%s is not valid JSON; re-export the folder", shown);
-    return NULL;
-  }
-  if (check_json_tree(tree, 0, err) != 0) {
-    cJSON_Delete(tree);
-    return NULL;
-  }
-  return tree;
-}
-
 /* ---- the folder ---- */
 
 static const oxf_file_entry *find_entry(const oxf_folder *folder, const char *relative) {
@@ -330,7 +190,8 @@ static const oxf_file_entry *find_entry(const oxf_folder *folder, const char *re
 static int check_reference(const oxf_folder *folder, const cJSON *item, const char *what, oxf_error *err) {
   if (item == NULL || cJSON_IsNull(item)) return 0;
   if (!cJSON_IsString(item))
-    return oxf_fail(err, OXF_MANIFEST_ERROR, "%s: %s must be a file path; re-export", OXF_MANIFEST_NAME, what);
+    return oxf_fail(err, OXF_MANIFEST_ERROR, "%s: %s must be a file path; re-export", OXF_MANIFEST_NAME,
+                    what);
   if (oxf_check_path(item->valuestring, err) != 0) return -1;
   if (find_entry(folder, item->valuestring) == NULL)
     return oxf_fail(err, OXF_MANIFEST_ERROR, "%s refers to %s, which its files list lacks; re-export",
@@ -345,25 +206,27 @@ static int check_manifest(oxf_folder *folder, oxf_error *err) {
                     OXF_MANIFEST_NAME);
   const cJSON *version = cJSON_GetObjectItemCaseSensitive(manifest, "format_version");
   if (!cJSON_IsNumber(version))
-    return oxf_fail(err, OXF_MANIFEST_ERROR, "%s: format_version is missing; re-export the folder with onnxformer",
-                    OXF_MANIFEST_NAME);
+    return oxf_fail(err, OXF_MANIFEST_ERROR,
+                    "%s: format_version is missing; re-export the folder with onnxformer", OXF_MANIFEST_NAME);
   if (version->valuedouble != OXF_FORMAT_VERSION) {
     /* The Python runtime's words (runtime/manifest.py): newer -> upgrade, older -> the re-export command. */
     const cJSON *kind = cJSON_GetObjectItemCaseSensitive(manifest, "export_kind");
     bool blocks = cJSON_IsString(kind) && strcmp(kind->valuestring, "blocks") == 0;
     bool model = cJSON_IsString(kind) && strcmp(kind->valuestring, "model") == 0;
     if (version->valuedouble > OXF_FORMAT_VERSION)
-      return oxf_fail(err, OXF_MANIFEST_ERROR,
-                      "%s: format_version %g is not supported (this onnxformer reads %d); upgrade onnxformer to "
-                      "read it",
-                      OXF_MANIFEST_NAME, version->valuedouble, OXF_FORMAT_VERSION);
-    return oxf_fail(err, OXF_MANIFEST_ERROR,
-                    "%s: format_version %g is not supported (this onnxformer reads %d); re-export the folder with "
-                    "this onnxformer: %s",
-                    OXF_MANIFEST_NAME, version->valuedouble, OXF_FORMAT_VERSION,
-                    blocks  ? "`onnxformer export-blocks --out DIR`"
-                    : model ? "`onnxformer export CHECKPOINT --out DIR`"
-                            : "`onnxformer export CHECKPOINT --out DIR` or `onnxformer export-blocks --out DIR`");
+      return oxf_fail(
+          err, OXF_MANIFEST_ERROR,
+          "%s: format_version %g is not supported (this onnxformer reads %d); upgrade onnxformer to "
+          "read it",
+          OXF_MANIFEST_NAME, version->valuedouble, OXF_FORMAT_VERSION);
+    return oxf_fail(
+        err, OXF_MANIFEST_ERROR,
+        "%s: format_version %g is not supported (this onnxformer reads %d); re-export the folder with "
+        "this onnxformer: %s",
+        OXF_MANIFEST_NAME, version->valuedouble, OXF_FORMAT_VERSION,
+        blocks  ? "`onnxformer export-blocks --out DIR`"
+        : model ? "`onnxformer export CHECKPOINT --out DIR`"
+                : "`onnxformer export CHECKPOINT --out DIR` or `onnxformer export-blocks --out DIR`");
   }
   const cJSON *files = oxf_json_get(manifest, "files", cJSON_Array, "", err);
   if (files == NULL) return -1;
@@ -385,14 +248,16 @@ static int check_manifest(oxf_folder *folder, oxf_error *err) {
     int64_t size = -1;
     if (!hex || oxf_json_int(cJSON_GetObjectItemCaseSensitive(item, "size"), 0, (int64_t)MAX_FILE_BYTES,
                              &size, "files[].size", NULL) != 0)
-      return oxf_fail(err, OXF_MANIFEST_ERROR,
-                      "%s's entry for %s needs a size (0 .. 2^31 bytes) and a lowercase hex sha256; re-export",
-                      OXF_MANIFEST_NAME, entry->path);
+      return oxf_fail(
+          err, OXF_MANIFEST_ERROR,
+          "%s's entry for %s needs a size (0 .. 2^31 bytes) and a lowercase hex sha256; re-export",
+          OXF_MANIFEST_NAME, entry->path);
     memcpy(entry->sha256, sha->valuestring, 65);
     entry->size = (uint64_t)size;
   }
   /* Every file referred to elsewhere is listed (and so checked). */
-  if (check_reference(folder, cJSON_GetObjectItemCaseSensitive(manifest, "tokenizer"), "tokenizer", err)) return -1;
+  if (check_reference(folder, cJSON_GetObjectItemCaseSensitive(manifest, "tokenizer"), "tokenizer", err))
+    return -1;
   const cJSON *graphs = cJSON_GetObjectItemCaseSensitive(manifest, "graphs");
   for (const cJSON *graph = cJSON_IsObject(graphs) ? graphs->child : NULL; graph; graph = graph->next)
     if (check_reference(folder, graph, "graphs", err) != 0) return -1;
@@ -410,10 +275,11 @@ static int check_manifest(oxf_folder *folder, oxf_error *err) {
       for (const cJSON *golden = cJSON_IsArray(cases) ? cases->child : NULL; golden; golden = golden->next) {
         const cJSON *dir = cJSON_GetObjectItemCaseSensitive(golden, "dir");
         if (!cJSON_IsString(dir) || oxf_check_path(dir->valuestring, err) != 0)
-          return cJSON_IsString(dir) ? -1
-                                     : oxf_fail(err, OXF_MANIFEST_ERROR,
-                                                "%s: goldens.graphs[].cases[].dir must be a folder path; re-export",
-                                                OXF_MANIFEST_NAME);
+          return cJSON_IsString(dir)
+                     ? -1
+                     : oxf_fail(err, OXF_MANIFEST_ERROR,
+                                "%s: goldens.graphs[].cases[].dir must be a folder path; re-export",
+                                OXF_MANIFEST_NAME);
       }
     }
   }
@@ -428,7 +294,8 @@ oxf_folder *oxf_folder_open(const char *dir, oxf_error *err) {
     return NULL;
   }
   if (!S_ISDIR(info.st_mode)) {
-    oxf_fail(err, OXF_MANIFEST_ERROR, "%s is not a folder; pass the export folder, not a file inside it", dir);
+    oxf_fail(err, OXF_MANIFEST_ERROR, "%s is not a folder; pass the export folder, not a file inside it",
+             dir);
     return NULL;
   }
   oxf_folder *folder = calloc(1, sizeof *folder);
@@ -446,14 +313,15 @@ oxf_folder *oxf_folder_open(const char *dir, oxf_error *err) {
   }
   if (faccessat(folder->root_fd, OXF_MANIFEST_NAME, F_OK, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT) {
     oxf_fail(err, OXF_MANIFEST_ERROR,
-             "%s is not an onnxformer export: it has no %s; pass the folder an `onnxformer export` wrote", dir,
-             OXF_MANIFEST_NAME);
+             "%s is not an onnxformer export: it has no %s; pass the folder an `onnxformer export` wrote",
+             dir, OXF_MANIFEST_NAME);
     oxf_folder_close(folder);
     return NULL;
   }
   uint8_t *text = NULL;
   size_t size = 0;
-  if (read_inside(folder->root_fd, dir, OXF_MANIFEST_NAME, UINT64_MAX, MAX_MANIFEST_BYTES, &text, &size, err) != 0) {
+  if (read_inside(folder->root_fd, dir, OXF_MANIFEST_NAME, UINT64_MAX, MAX_MANIFEST_BYTES, &text, &size,
+                  err) != 0) {
     oxf_folder_close(folder);
     return NULL;
   }
@@ -486,7 +354,8 @@ int oxf_folder_read(oxf_folder *folder, const char *relative, uint8_t **bytes, s
                     OXF_MANIFEST_NAME);
   uint8_t *data = NULL;
   size_t got = 0;
-  if (read_inside(folder->root_fd, folder->root, entry->path, entry->size, MAX_FILE_BYTES, &data, &got, err) != 0)
+  if (read_inside(folder->root_fd, folder->root, entry->path, entry->size, MAX_FILE_BYTES, &data, &got,
+                  err) != 0)
     return -1;
   char digest[65];
   oxf_sha256_hex(data, got, digest);

@@ -57,8 +57,9 @@ static int read_tensor(oxf_folder *folder, const char *dir, const char *kind, si
   int status = oxf_tensor_parse(bytes, size, path, tensor, err);
   free(bytes);
   if (status == 0 && tensor->name[0] != 0 && strcmp(tensor->name, name) != 0) {
-    status = oxf_fail(err, OXF_MANIFEST_ERROR, "%s holds tensor '%.100s' but the manifest says '%.100s'; re-export",
-                      path, tensor->name, name);
+    status = oxf_fail(err, OXF_MANIFEST_ERROR,
+                      "%s holds tensor '%.100s' but the manifest says '%.100s'; re-export", path,
+                      tensor->name, name);
     oxf_tensor_free(tensor);
   }
   return status;
@@ -66,7 +67,8 @@ static int read_tensor(oxf_folder *folder, const char *dir, const char *kind, si
 
 static int string_list(const cJSON *list, const char ***names, size_t *n, const char *where, oxf_error *err) {
   if (!cJSON_IsArray(list))
-    return oxf_fail(err, OXF_MANIFEST_ERROR, "%s: %s must be a list of names; re-export", OXF_MANIFEST_NAME, where);
+    return oxf_fail(err, OXF_MANIFEST_ERROR, "%s: %s must be a list of names; re-export", OXF_MANIFEST_NAME,
+                    where);
   *n = (size_t)cJSON_GetArraySize(list);
   *names = calloc(*n ? *n : 1, sizeof **names);
   if (*names == NULL) return oxf_fail(err, OXF_INFERENCE_ERROR, "out of memory");
@@ -86,30 +88,34 @@ static int string_list(const cJSON *list, const char ***names, size_t *n, const 
 static int run_case(oxf_folder *folder, oxf_session *session, const char *file, double atol, double rtol,
                     const cJSON *golden, sink *out, oxf_error *err) {
   const cJSON *dir = oxf_json_get(golden, "dir", cJSON_String, "goldens.graphs[].cases[].", err);
-  const cJSON *label = dir ? oxf_json_get(golden, "label", cJSON_String, "goldens.graphs[].cases[].", err) : NULL;
+  const cJSON *label =
+      dir ? oxf_json_get(golden, "label", cJSON_String, "goldens.graphs[].cases[].", err) : NULL;
   if (label == NULL) return -1;
   const char **in_names = NULL, **out_names = NULL;
   size_t n_in = 0, n_out = 0;
-  if (string_list(cJSON_GetObjectItemCaseSensitive(golden, "inputs"), &in_names, &n_in, "cases[].inputs", err))
+  if (string_list(cJSON_GetObjectItemCaseSensitive(golden, "inputs"), &in_names, &n_in, "cases[].inputs",
+                  err))
     return -1;
-  if (string_list(cJSON_GetObjectItemCaseSensitive(golden, "outputs"), &out_names, &n_out, "cases[].outputs", err)) {
+  if (string_list(cJSON_GetObjectItemCaseSensitive(golden, "outputs"), &out_names, &n_out, "cases[].outputs",
+                  err)) {
     free(in_names);
     return -1;
   }
-  OrtValue **inputs = calloc(n_in ? n_in : 1, sizeof *inputs), **outputs = calloc(n_out ? n_out : 1, sizeof *outputs);
+  OrtValue **inputs = calloc(n_in ? n_in : 1, sizeof *inputs),
+           **outputs = calloc(n_out ? n_out : 1, sizeof *outputs);
   int status = inputs && outputs ? 0 : oxf_fail(err, OXF_INFERENCE_ERROR, "out of memory");
   for (size_t i = 0; status == 0 && i < n_in; i++) {
     oxf_tensor tensor;
     if ((status = read_tensor(folder, dir->valuestring, "input", i, in_names[i], &tensor, err)) != 0) break;
     /* onnx.TensorProto.DataType numbers are ONNX Runtime's element types. */
-    status = oxf_value_create((ONNXTensorElementDataType)tensor.data_type, tensor.dims, tensor.rank, tensor.data,
-                              tensor.item_size, &inputs[i], err);
+    status = oxf_value_create((ONNXTensorElementDataType)tensor.data_type, tensor.dims, tensor.rank,
+                              tensor.data, tensor.item_size, &inputs[i], err);
     oxf_tensor_free(&tensor);
   }
   oxf_result result = {"graph", file, label->valuestring, "", 0, NAN, NAN, ""};
   oxf_error run_error;
-  if (status == 0 &&
-      oxf_run(session, in_names, (const OrtValue *const *)inputs, n_in, out_names, n_out, outputs, &run_error) != 0) {
+  if (status == 0 && oxf_run(session, in_names, (const OrtValue *const *)inputs, n_in, out_names, n_out,
+                             outputs, &run_error) != 0) {
     result.detail = run_error.message; /* the case fails; the other cases still run */
     emit(out, &result);
     n_out = 0;
@@ -129,13 +135,17 @@ static int run_case(oxf_folder *folder, oxf_session *session, const char *file, 
       break;
     }
     char detail[256] = "";
-    result = (oxf_result){"graph", file, label->valuestring, out_names[i], 0, NAN, atol + rtol * max_abs(&want), ""};
+    result = (oxf_result){"graph", file, label->valuestring,           out_names[i],
+                          0,       NAN,  atol + rtol * max_abs(&want), ""};
     bool same_shape = rank == want.rank && memcmp(dims, want.dims, rank * sizeof *dims) == 0;
     if (!same_shape) {
       int at = snprintf(detail, sizeof detail, "shape [");
-      for (size_t d = 0; d < rank && at < 200; d++) at += snprintf(detail + at, sizeof detail - (size_t)at, "%s%jd", d ? "," : "", (intmax_t)dims[d]);
+      for (size_t d = 0; d < rank && at < 200; d++)
+        at += snprintf(detail + at, sizeof detail - (size_t)at, "%s%jd", d ? "," : "", (intmax_t)dims[d]);
       at += snprintf(detail + at, sizeof detail - (size_t)at, "], golden [");
-      for (size_t d = 0; d < want.rank && at < 240; d++) at += snprintf(detail + at, sizeof detail - (size_t)at, "%s%jd", d ? "," : "", (intmax_t)want.dims[d]);
+      for (size_t d = 0; d < want.rank && at < 240; d++)
+        at +=
+            snprintf(detail + at, sizeof detail - (size_t)at, "%s%jd", d ? "," : "", (intmax_t)want.dims[d]);
       snprintf(detail + at, sizeof detail - (size_t)at, "]");
     } else {
       double diff = 0;
@@ -172,7 +182,8 @@ static int run_graph(oxf_folder *folder, const cJSON *graph, sink *out, oxf_erro
   if (oxf_session_create(folder, file->valuestring, &session, err) != 0) return -1;
   int status = 0;
   for (const cJSON *golden = cases->child; status == 0 && golden; golden = golden->next)
-    status = run_case(folder, &session, file->valuestring, atol->valuedouble, rtol->valuedouble, golden, out, err);
+    status =
+        run_case(folder, &session, file->valuestring, atol->valuedouble, rtol->valuedouble, golden, out, err);
   oxf_session_release(&session);
   return status;
 }
@@ -190,9 +201,12 @@ static int run_greedy(oxf_model *model, const char *file, const cJSON *item, int
   if (reason == NULL) return -1;
   int64_t *ids = NULL, *stops = NULL, *want = NULL, max_new;
   size_t n_ids = 0, n_stops = 0, n_want = 0;
-  int status = oxf_json_ids(cJSON_GetObjectItemCaseSensitive(item, "input_ids"), vocab, &ids, &n_ids, "input_ids", err) ||
-               oxf_json_ids(cJSON_GetObjectItemCaseSensitive(item, "stop_tokens"), vocab, &stops, &n_stops, "stop_tokens", err) ||
-               oxf_json_ids(cJSON_GetObjectItemCaseSensitive(item, "output_ids"), vocab, &want, &n_want, "output_ids", err) ||
+  int status = oxf_json_ids(cJSON_GetObjectItemCaseSensitive(item, "input_ids"), vocab, &ids, &n_ids,
+                            "input_ids", err) ||
+               oxf_json_ids(cJSON_GetObjectItemCaseSensitive(item, "stop_tokens"), vocab, &stops, &n_stops,
+                            "stop_tokens", err) ||
+               oxf_json_ids(cJSON_GetObjectItemCaseSensitive(item, "output_ids"), vocab, &want, &n_want,
+                            "output_ids", err) ||
                oxf_json_int(budget, 0, 1 << 30, &max_new, "max_new_tokens", err);
   if (status == 0) {
     oxf_generate_options options = {max_new, stops, n_stops, 1};
@@ -203,12 +217,14 @@ static int run_greedy(oxf_model *model, const char *file, const cJSON *item, int
     if (oxf_generate(model, ids, n_ids, &options, &got, &run_error) != 0) {
       snprintf(detail, sizeof detail, "%s", run_error.message);
     } else {
-      result.ok = same_ids(got.tokens, got.n_tokens, want, n_want) && strcmp(got.finish_reason, reason->valuestring) == 0;
+      result.ok = same_ids(got.tokens, got.n_tokens, want, n_want) &&
+                  strcmp(got.finish_reason, reason->valuestring) == 0;
       if (!result.ok) {
         size_t first = 0;
         while (first < got.n_tokens && first < n_want && got.tokens[first] == want[first]) first++;
-        snprintf(detail, sizeof detail, "first difference at new token %zu: got %zu tokens (%s), golden %zu (%s)",
-                 first, got.n_tokens, got.finish_reason, n_want, reason->valuestring);
+        snprintf(detail, sizeof detail,
+                 "first difference at new token %zu: got %zu tokens (%s), golden %zu (%s)", first,
+                 got.n_tokens, got.finish_reason, n_want, reason->valuestring);
       }
       oxf_generation_free(&got);
     }
@@ -220,8 +236,8 @@ static int run_greedy(oxf_model *model, const char *file, const cJSON *item, int
   return status;
 }
 
-static int run_embeddings(oxf_model *model, const char *file, const cJSON *embeddings, int64_t vocab, sink *out,
-                          oxf_error *err) {
+static int run_embeddings(oxf_model *model, const char *file, const cJSON *embeddings, int64_t vocab,
+                          sink *out, oxf_error *err) {
   const char *where = "end_to_end embeddings.";
   const cJSON *output = oxf_json_get(embeddings, "output", cJSON_String, where, err);
   const cJSON *atol = output ? oxf_json_get(embeddings, "atol", cJSON_Number, where, err) : NULL;
@@ -230,11 +246,13 @@ static int run_embeddings(oxf_model *model, const char *file, const cJSON *embed
   if (items == NULL) return -1;
   for (const cJSON *item = items->child; item; item = item->next) {
     const cJSON *text = oxf_json_get(item, "text", cJSON_String, "embeddings.items[].", err);
-    const cJSON *want = text ? oxf_json_get(item, "embedding", cJSON_Array, "embeddings.items[].", err) : NULL;
+    const cJSON *want =
+        text ? oxf_json_get(item, "embedding", cJSON_Array, "embeddings.items[].", err) : NULL;
     if (want == NULL) return -1;
     int64_t *ids;
     size_t n_ids;
-    if (oxf_json_ids(cJSON_GetObjectItemCaseSensitive(item, "input_ids"), vocab, &ids, &n_ids, "input_ids", err))
+    if (oxf_json_ids(cJSON_GetObjectItemCaseSensitive(item, "input_ids"), vocab, &ids, &n_ids, "input_ids",
+                     err))
       return -1;
     float *got = NULL;
     size_t n_got = 0;
@@ -282,7 +300,8 @@ static int run_end_to_end(oxf_folder *folder, const char *file, sink *out, oxf_e
   const cJSON *tokenizer = cJSON_GetObjectItemCaseSensitive(golden, "tokenizer");
   out->summary->tokenizer_not_run += cJSON_IsArray(tokenizer) ? (size_t)cJSON_GetArraySize(tokenizer) : 0;
   const cJSON *greedy = cJSON_GetObjectItemCaseSensitive(golden, "greedy");
-  for (const cJSON *item = cJSON_IsArray(greedy) ? greedy->child : NULL; status == 0 && item; item = item->next)
+  for (const cJSON *item = cJSON_IsArray(greedy) ? greedy->child : NULL; status == 0 && item;
+       item = item->next)
     status = run_greedy(model, file, item, vocab, out, err);
   const cJSON *embeddings = cJSON_GetObjectItemCaseSensitive(golden, "embeddings");
   if (status == 0 && embeddings != NULL && !cJSON_IsNull(embeddings))
@@ -292,7 +311,8 @@ static int run_end_to_end(oxf_folder *folder, const char *file, sink *out, oxf_e
   return status;
 }
 
-int oxf_verify(const char *dir, oxf_result_fn on_result, void *user, oxf_verify_summary *summary, oxf_error *err) {
+int oxf_verify(const char *dir, oxf_result_fn on_result, void *user, oxf_verify_summary *summary,
+               oxf_error *err) {
   oxf_verify_summary ignored;
   if (summary == NULL) summary = &ignored;
   memset(summary, 0, sizeof *summary);
@@ -310,7 +330,8 @@ int oxf_verify(const char *dir, oxf_result_fn on_result, void *user, oxf_verify_
     for (const cJSON *graph = graphs->child; status == 0 && graph; graph = graph->next)
       status = run_graph(folder, graph, &out, err);
     const cJSON *end_to_end = cJSON_GetObjectItemCaseSensitive(goldens, "end_to_end");
-    if (status == 0 && cJSON_IsString(end_to_end)) status = run_end_to_end(folder, end_to_end->valuestring, &out, err);
+    if (status == 0 && cJSON_IsString(end_to_end))
+      status = run_end_to_end(folder, end_to_end->valuestring, &out, err);
     oxf_engine_release();
   }
   oxf_folder_close(folder);

@@ -76,7 +76,7 @@ typedef struct {
 } oxf_pb_reader;
 typedef struct {
   uint32_t number;
-  uint32_t wire; /* 0 varint, 1 fixed64, 2 length-delimited, 5 fixed32 */
+  uint32_t wire;        /* 0 varint, 1 fixed64, 2 length-delimited, 5 fixed32 */
   uint64_t value;       /* varint or fixed value */
   const uint8_t *bytes; /* length-delimited payload */
   size_t length;
@@ -103,16 +103,42 @@ int oxf_ort_check(OrtStatus *status, const char *what, oxf_error *err);
 /* A tensor owning a copy of `data`. */
 int oxf_value_create(ONNXTensorElementDataType type, const int64_t *dims, size_t rank, const void *data,
                      size_t item_size, OrtValue **value, oxf_error *err);
-int oxf_value_ids(const int64_t *ids, size_t n, OrtValue **value, oxf_error *err);  /* (1, n) int64 */
-int oxf_value_ones(size_t n, OrtValue **value, oxf_error *err);                     /* (1, n) int64 */
-int oxf_value_zeros_i64(size_t n, OrtValue **value, oxf_error *err);                /* (1, n) int64 */
+int oxf_value_ids(const int64_t *ids, size_t n, OrtValue **value, oxf_error *err); /* (1, n) int64 */
+int oxf_value_ones(size_t n, OrtValue **value, oxf_error *err);                    /* (1, n) int64 */
+int oxf_value_zeros_i64(size_t n, OrtValue **value, oxf_error *err);               /* (1, n) int64 */
 int oxf_value_shape(const OrtValue *value, int64_t *dims, size_t *rank, ONNXTensorElementDataType *type,
                     size_t *count, oxf_error *err);
 void oxf_values_release(OrtValue **values, size_t n);
-int oxf_run(const oxf_session *session, const char *const *input_names, const OrtValue *const *inputs, size_t n_in,
-            const char *const *output_names, size_t n_out, OrtValue **outputs, oxf_error *err);
+int oxf_run(const oxf_session *session, const char *const *input_names, const OrtValue *const *inputs,
+            size_t n_in, const char *const *output_names, size_t n_out, OrtValue **outputs, oxf_error *err);
 
-/* ---- model.c ---- */
+/* ---- model.c (loading), decoding.c (running) ---- */
+typedef enum { GENERATE, ENCODE, SEQ2SEQ } task_kind;
+
+/* One graph role: its session and its `io` entry (names owned by the manifest's cJSON tree). */
+typedef struct {
+  oxf_session session;
+  const char **inputs;
+  size_t n_inputs;
+  const cJSON *outputs; /* output key -> graph output name */
+} graph_role;
+
+struct oxf_model {
+  oxf_folder *folder;
+  task_kind task;
+  char family[32];
+  int64_t vocab_size, max_len;
+  graph_role encoder, decoder; /* the roles the task uses are loaded */
+  size_t layers;
+  int64_t heads, head_dim;
+  char **past, **present, **cross; /* 2 * layers names each: layer by layer, key then value */
+  int64_t *stop_tokens;
+  size_t n_stop_tokens;
+  int64_t max_new_tokens, start_token;
+};
+
+/* The graph output name of `key` (io.<role>.outputs), or NULL with `err` filled. */
+const char *oxf_output_name(const graph_role *graph, const char *key, const char *role, oxf_error *err);
 int oxf_model_from_folder(oxf_folder *folder, oxf_model **model, oxf_error *err);
 void oxf_model_detach(oxf_model *model); /* close without closing the folder */
 

@@ -67,9 +67,7 @@ int oxf_pb_next(oxf_pb_reader *reader, oxf_pb_field *field, const char **problem
       reader->at += length;
       return 1;
     }
-    default:
-      *problem = "a field has an unsupported wire type (groups are not used by ONNX)";
-      return -1;
+    default: *problem = "a field has an unsupported wire type (groups are not used by ONNX)"; return -1;
   }
 }
 

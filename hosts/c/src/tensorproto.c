@@ -63,11 +63,8 @@ static int append(oxf_tensor *tensor, size_t *filled, size_t capacity, double re
       memcpy(at, &value, 4);
       break;
     }
-    case 7:
-      memcpy(at, &integer, 8);
-      break;
-    default: /* uint8, int8, bool ride in int32_data */
-      *at = (uint8_t)integer;
+    case 7: memcpy(at, &integer, 8); break;
+    default: /* uint8, int8, bool ride in int32_data */ *at = (uint8_t)integer;
   }
   (*filled)++;
   return 0;
@@ -91,7 +88,8 @@ int oxf_tensor_parse(const uint8_t *bytes, size_t size, const char *source, oxf_
       oxf_pb_reader packed = {field.bytes, field.bytes + field.length};
       uint64_t dim;
       while (packed.at < packed.end) {
-        if (oxf_pb_varint(&packed, &dim) != 0) return refuse(tensor, err, source, "packed dims are cut short");
+        if (oxf_pb_varint(&packed, &dim) != 0)
+          return refuse(tensor, err, source, "packed dims are cut short");
         if (push_dim(tensor, dim, &problem) != 0) return refuse(tensor, err, source, problem);
       }
     } else if (field.number == 2 && field.wire == 0) {
@@ -100,7 +98,10 @@ int oxf_tensor_parse(const uint8_t *bytes, size_t size, const char *source, oxf_
     } else if (field.number == 8 && field.wire == 2) {
       free(tensor->name);
       tensor->name = malloc(field.length + 1);
-      if (tensor->name == NULL) return oxf_fail(err, OXF_INFERENCE_ERROR, "out of memory reading %s", source);
+      if (tensor->name == NULL) {
+        oxf_tensor_free(tensor);
+        return oxf_fail(err, OXF_INFERENCE_ERROR, "out of memory reading %s", source);
+      }
       memcpy(tensor->name, field.bytes, field.length);
       tensor->name[field.length] = 0;
       if (strlen(tensor->name) != field.length || !oxf_valid_utf8(field.bytes, field.length))
@@ -119,8 +120,9 @@ int oxf_tensor_parse(const uint8_t *bytes, size_t size, const char *source, oxf_
   tensor->item_size = has_type ? item_size_of(tensor->data_type) : 0;
   if (tensor->item_size == 0) {
     oxf_tensor_free(tensor);
-    return oxf_fail(err, OXF_MANIFEST_ERROR, "%s holds data_type %d, which the C host does not read; re-export",
-                    source, tensor->data_type);
+    return oxf_fail(err, OXF_MANIFEST_ERROR,
+                    "%s holds data_type %d, which the C host does not read; re-export", source,
+                    tensor->data_type);
   }
   size_t count = 1;
   for (size_t i = 0; i < tensor->rank; i++) {
@@ -217,10 +219,8 @@ double oxf_tensor_value(const oxf_tensor *tensor, size_t i) {
       memcpy(&value, at, 8);
       return (double)value;
     }
-    case 3:
-      return (int8_t)*at;
-    default:
-      return *at;
+    case 3: return (int8_t)*at;
+    default: return *at;
   }
 }
 
@@ -255,7 +255,8 @@ int oxf_read_tensor_file(const char *path, oxf_tensor_info *info, oxf_error *err
   info->data_type = tensor.data_type;
   info->rank = tensor.rank;
   memcpy(info->dims, tensor.dims, sizeof info->dims);
-  for (size_t i = 0; i < tensor.count; i++) info->max_abs = fmax(info->max_abs, fabs(oxf_tensor_value(&tensor, i)));
+  for (size_t i = 0; i < tensor.count; i++)
+    info->max_abs = fmax(info->max_abs, fabs(oxf_tensor_value(&tensor, i)));
   info->name = tensor.name; /* handed over */
   tensor.name = NULL;
   oxf_tensor_free(&tensor);
