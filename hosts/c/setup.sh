@@ -84,5 +84,6 @@ ln -sf "libonnxruntime.so.$ORT_VERSION" "$deps/lib/libonnxruntime.so.1"
 ln -sf "libonnxruntime.so.1" "$deps/lib/libonnxruntime.so"
 # cJSON's shared object: the -dev package's libcjson.so link points at libcjson1's file.
 cp -P "$deps"/usr/lib/x86_64-linux-gnu/libcjson.so* "$deps/lib/"
+rm -rf "$work" # the lists and downloads (about 60 MB) are not needed once unpacked
 touch "$stamp"
 echo "hosts/c/setup.sh: ONNX Runtime $ORT_VERSION ($ort_deb_version headers) and cJSON in $deps"

@@ -102,7 +102,7 @@ static int greedy(oxf_model *model, const int64_t *first, size_t n_first, const 
     for (size_t i = 0; i < n_io; i++) in_names[i] = graph->inputs[i];
     for (size_t i = 0; i < n_cross; i++) in_names[n_io + i] = model->cross[i], inputs[n_io + i] = cross[i];
     for (size_t i = 0; i < n_cache; i++) in_names[n_io + n_cross + i] = model->past[i];
-    out_names[0] = oxf_output_name(graph, "logits", "decoder", err);
+    if ((out_names[0] = oxf_output_name(graph, "logits", "decoder", err)) == NULL) status = -1;
     for (size_t i = 0; i < n_cache; i++) out_names[1 + i] = model->present[i];
   }
   feed_values v = {first, n_first, n_first, encoder_mask};
