@@ -493,3 +493,28 @@ def test_garbage_tensor_files_and_manifests_are_refused_cleanly(c_host: Path, tm
     result = run(c_host, "check", *folders, timeout=120)
     assert result.returncode == 2  # no folder has its files
     assert result.stderr.count("onnxformer-c: ManifestError: ") == len(folders), result.stderr[-2000:]
+
+
+def test_a_blocks_export_verifies_its_graphs_and_cannot_generate(c_host: Path, tmp_path: Path) -> None:
+    folder = _copy(tmp_path, "gpt")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for key in ("task", "io", "kv_cache", "generation", "framing", "graphs", "tokenizer", "family"):
+        manifest.pop(key, None)
+    manifest.update(export_kind="blocks", goldens={**manifest["goldens"], "end_to_end": None})
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    result = run(c_host, "verify", str(folder))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr
+    graph_outputs = sum(
+        len(case["outputs"]) for graph in manifest["goldens"]["graphs"] for case in graph["cases"]
+    )
+    assert f"{graph_outputs} passed, 0 failed" in result.stdout
+    refused = run(c_host, "generate", str(folder), "--ids", "1")
+    assert refused.returncode == 2 and 'is a "blocks" export, not a model' in refused.stderr
+
+
+def test_a_golden_folder_outside_the_export_is_refused(c_host: Path, tmp_path: Path) -> None:
+    folder = _copy(tmp_path, "bert")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["goldens"]["graphs"][0]["cases"][0]["dir"] = "goldens/../../outside"
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    _check_fails(c_host, folder, "'goldens/../../outside', which is not a plain relative path", "verify")
