@@ -148,18 +148,56 @@ def test_generate_gives_the_golden_ids(c_host: Path, family: str, item: dict) ->
     assert got == {"output_ids": item["output_ids"], "finish_reason": item["finish_reason"]}
 
 
-def test_the_readme_example_generates_with_the_manifest_defaults(c_host: Path) -> None:
-    example = c_host.parent / "example-generate"
-    readme = (HOST / "README.md").read_text()
-    source = (HOST / "examples" / "generate.c").read_text()
-    assert "oxf_model_open" in readme and "oxf_generate" in readme
-    assert "int64_t prompt[] = {1, 90, 263, 310};" in source
+def _the_cat() -> list[int]:
     golden = json.loads((EXPORTED / "gpt" / "goldens" / "end_to_end.json").read_text())
-    (the_cat,) = [item for item in golden["greedy"] if item["input_ids"] == [1, 90, 263, 310]]
-    assert the_cat["finish_reason"] == "stop"  # so the manifest's larger max_new_tokens changes nothing
-    result = run(example, str(EXPORTED / "gpt"))
+    (item,) = [item for item in golden["greedy"] if item["input_ids"] == [1, 90, 263, 310]]
+    assert item["finish_reason"] == "stop"  # so the manifest's larger max_new_tokens changes nothing
+    return item["output_ids"]
+
+
+def test_the_readme_lines_compile_and_generate_the_golden_ids(c_host: Path, tmp_path: Path) -> None:
+    """The ten lines of hosts/c/README.md, compiled as they stand into a program (gcc, warnings as errors,
+    the sanitizers) and run on exported/gpt with the manifest's defaults."""
+    readme = (HOST / "README.md").read_text()
+    (block,) = re.findall(r"```c\n(.*?)```", readme, re.S)
+    lines = block.strip().splitlines()
+    assert lines[0] == '#include "onnxformer.h"'
+    body = [line for line in lines[1:] if line.strip()]
+    assert len(body) + 1 == 10  # the include and nine statements
+    source = tmp_path / "readme.c"
+    source.write_text(
+        '#include <stdio.h>\n#include "onnxformer.h"\n\nint main(void) {\n'
+        + "\n".join(body)
+        + "\n  return 0;\n}\n"
+    )
+    deps = HOST / "build" / "deps" / "lib"
+    program = tmp_path / "readme"
+    flags = ["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fsanitize=address,undefined"]
+    compiled = subprocess.run(
+        ["gcc", *flags, f"-I{HOST / 'include'}", str(source), str(BUILD / "libonnxformer.a"), f"-L{deps}",
+         f"-Wl,-rpath,{deps}", "-lonnxruntime", "-lcjson", "-lm", "-o", str(program)],
+        capture_output=True,
+        text=True,
+    )  # fmt: skip
+    assert compiled.returncode == 0, compiled.stderr
+    result = subprocess.run(
+        [str(program)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, **SANITIZERS},
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == [*map(str, the_cat["output_ids"]), "(stop)"]
+    assert result.stdout.split() == [str(token) for token in _the_cat()]
+
+
+def test_the_example_program_generates_the_golden_ids(c_host: Path) -> None:
+    source = (HOST / "examples" / "generate.c").read_text()
+    assert "int64_t prompt[] = {1, 90, 263, 310};" in source
+    result = run(c_host.parent / "example-generate", str(EXPORTED / "gpt"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [*map(str, _the_cat()), "(stop)"]
 
 
 def test_generation_refuses_bad_input(c_host: Path) -> None:
