@@ -556,3 +556,49 @@ def test_a_golden_folder_outside_the_export_is_refused(c_host: Path, tmp_path: P
     manifest["goldens"]["graphs"][0]["cases"][0]["dir"] = "goldens/../../outside"
     (folder / "manifest.json").write_text(json.dumps(manifest))
     _check_fails(c_host, folder, "'goldens/../../outside', which is not a plain relative path", "verify")
+
+
+def _tensor_proto(name: str, data_type: int, dims: list[int], raw: bytes) -> bytes:
+    message = b"".join(protobuf.field(1, dim) for dim in dims) + protobuf.field(2, data_type)
+    return message + protobuf.field(8, name.encode()) + protobuf.field(9, raw)
+
+
+def test_a_golden_of_another_shape_or_type_fails_that_case_only(c_host: Path, tmp_path: Path) -> None:
+    """A golden output reshaped (1, D) -> (D, 1) fails on its shape; an input of the wrong dtype makes
+    ONNX Runtime refuse the run: that case fails with the engine's message, and every other case runs."""
+    from onnxformer.runtime.tensorproto import read_tensor
+
+    folder = _copy(tmp_path, "bert")
+    case = "goldens/encoder/test_data_set_0"
+    _, embedding = read_tensor((folder / case / "output_1.pb").read_bytes())  # sentence_embedding (1, D)
+    reshaped = _tensor_proto("sentence_embedding", 1, [embedding.shape[1], 1], embedding.tobytes())
+    (folder / case / "output_1.pb").write_bytes(reshaped)
+    _rehash(folder, f"{case}/output_1.pb")
+    other = "goldens/encoder/test_data_set_1"
+    _, ids = read_tensor((folder / other / "input_0.pb").read_bytes())
+    as_int32 = _tensor_proto("input_ids", 6, list(ids.shape), ids.astype("<i4").tobytes())
+    (folder / other / "input_0.pb").write_bytes(as_int32)
+    _rehash(folder, f"{other}/input_0.pb")
+    result = run(c_host, "verify", str(folder))
+    assert result.returncode == 1
+    failed = [line for line in result.stdout.splitlines() if line.startswith("  FAIL")]
+    assert len(failed) == 2, failed
+    width = embedding.shape[1]
+    assert "sentence_embedding" in failed[0] and f"(shape [1,{width}], golden [{width},1])" in failed[0]
+    assert "[B=4 T=17]" in failed[1] and "ONNX Runtime failed running encoder.onnx" in failed[1]
+    total = expected_results(folder)
+    outputs_of_case_1 = len(
+        json.loads((folder / "manifest.json").read_text())["goldens"]["graphs"][0]["cases"][1]["outputs"]
+    )
+    # the failed run is one result for its outputs; the reshaped golden is one of the other results
+    assert f"{total - outputs_of_case_1 - 1} passed, 2 failed" in result.stdout
+
+
+def test_a_model_onnx_runtime_cannot_load_is_a_typed_error(c_host: Path, tmp_path: Path) -> None:
+    folder = _copy(tmp_path, "bert")
+    (folder / "encoder.onnx").write_bytes(protobuf.field(1, 10))  # ModelProto{ir_version: 10}, no graph
+    _rehash(folder, "encoder.onnx")
+    stderr = _check_fails(
+        c_host, folder, "InferenceError: ONNX Runtime failed loading encoder.onnx", "verify"
+    )
+    assert stderr.count("\n") == 1
