@@ -602,3 +602,21 @@ def test_a_model_onnx_runtime_cannot_load_is_a_typed_error(c_host: Path, tmp_pat
         c_host, folder, "InferenceError: ONNX Runtime failed loading encoder.onnx", "verify"
     )
     assert stderr.count("\n") == 1
+
+
+def test_huge_manifests_are_refused_in_linear_time(c_host: Path, tmp_path: Path) -> None:
+    """100,000 files listed (one twice) and an object of 100,000 keys: sorted, not compared pairwise
+    (pairwise would take minutes; the run's timeout is 60 s)."""
+    empty = hashlib.sha256(b"").hexdigest()
+    files = [{"path": f"f{i}", "size": 0, "sha256": empty} for i in range(100_000)]
+    files.append({"path": "f123", "size": 0, "sha256": empty})
+    many = _minimal(tmp_path / "many", [])
+    (many / "manifest.json").write_text(
+        json.dumps({"format_version": 2, "export_kind": "blocks", "files": files})
+    )
+    _check_fails(c_host, many, "manifest.json lists f123 twice")
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    members = ",".join(f'"k{i}": 0' for i in range(100_000))
+    (keys / "manifest.json").write_text('{"format_version": 2, "files": [], ' + members + ', "k7": 1}')
+    _check_fails(c_host, keys, 'has the key "k7" twice in one object')

@@ -180,10 +180,15 @@ done:
 
 /* ---- the folder ---- */
 
+/* The entries are sorted by path once the manifest is read, so that a lookup is a binary search (a
+ * hostile manifest may list millions of files). */
+static int by_path(const void *a, const void *b) {
+  return strcmp(((const oxf_file_entry *)a)->path, ((const oxf_file_entry *)b)->path);
+}
+
 static const oxf_file_entry *find_entry(const oxf_folder *folder, const char *relative) {
-  for (size_t i = 0; i < folder->n_files; i++)
-    if (strcmp(folder->files[i].path, relative) == 0) return &folder->files[i];
-  return NULL;
+  oxf_file_entry key = {.path = (char *)relative};
+  return folder->n_files ? bsearch(&key, folder->files, folder->n_files, sizeof key, by_path) : NULL;
 }
 
 /* Every file path the manifest refers to outside its files list must be in that list. */
@@ -237,9 +242,6 @@ static int check_manifest(oxf_folder *folder, oxf_error *err) {
     const cJSON *path = oxf_json_get(item, "path", cJSON_String, "files[].", err);
     if (path == NULL) return -1;
     if (oxf_check_path(path->valuestring, err) != 0) return -1;
-    if (find_entry(folder, path->valuestring) != NULL)
-      return oxf_fail(err, OXF_MANIFEST_ERROR, "%s lists %s twice; re-export the folder", OXF_MANIFEST_NAME,
-                      path->valuestring);
     oxf_file_entry *entry = &folder->files[folder->n_files++];
     entry->path = path->valuestring; /* owned by the cJSON tree */
     const cJSON *sha = cJSON_GetObjectItemCaseSensitive(item, "sha256");
@@ -255,6 +257,11 @@ static int check_manifest(oxf_folder *folder, oxf_error *err) {
     memcpy(entry->sha256, sha->valuestring, 65);
     entry->size = (uint64_t)size;
   }
+  qsort(folder->files, folder->n_files, sizeof *folder->files, by_path);
+  for (size_t i = 1; i < folder->n_files; i++)
+    if (strcmp(folder->files[i - 1].path, folder->files[i].path) == 0)
+      return oxf_fail(err, OXF_MANIFEST_ERROR, "%s lists %s twice; re-export the folder", OXF_MANIFEST_NAME,
+                      folder->files[i].path);
   /* Every file referred to elsewhere is listed (and so checked). */
   if (check_reference(folder, cJSON_GetObjectItemCaseSensitive(manifest, "tokenizer"), "tokenizer", err))
     return -1;

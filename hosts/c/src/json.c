@@ -50,22 +50,39 @@ bool oxf_valid_utf8(const uint8_t *text, size_t size) {
   return true;
 }
 
+static int by_key(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A key twice in one object (sorting the keys: a hostile object may hold millions), or NULL. */
+static const char *duplicate_key(const cJSON *object) {
+  size_t n = 0;
+  for (const cJSON *child = object->child; child != NULL; child = child->next) n++;
+  if (n < 2) return NULL;
+  const char **keys = malloc(n * sizeof *keys);
+  if (keys == NULL) return "(out of memory)";
+  size_t i = 0;
+  for (const cJSON *child = object->child; child != NULL; child = child->next) keys[i++] = child->string;
+  qsort(keys, n, sizeof *keys, by_key);
+  const char *found = NULL;
+  for (i = 1; i < n && found == NULL; i++)
+    if (strcmp(keys[i - 1], keys[i]) == 0) found = keys[i];
+  free(keys);
+  return found;
+}
+
 /* Refuse what cJSON and Python's json would read differently: a key twice in one object (Python keeps the
  * last, cJSON finds the first) and nesting past MAX_JSON_DEPTH. */
 static int check_json_tree(const cJSON *item, int depth, const char *shown, oxf_error *err) {
   if (depth > MAX_JSON_DEPTH)
     return oxf_fail(err, OXF_MANIFEST_ERROR, "%s nests deeper than %d levels; re-export the folder", shown,
                     MAX_JSON_DEPTH);
-  for (const cJSON *child = item->child; child != NULL; child = child->next) {
-    if (cJSON_IsObject(item)) {
-      for (const cJSON *other = item->child; other != child; other = other->next) {
-        if (strcmp(other->string, child->string) == 0)
-          return oxf_fail(err, OXF_MANIFEST_ERROR, "%s has the key \"%.100s\" twice in one object; re-export",
-                          shown, child->string);
-      }
-    }
+  const char *twice = cJSON_IsObject(item) ? duplicate_key(item) : NULL;
+  if (twice != NULL)
+    return oxf_fail(err, OXF_MANIFEST_ERROR, "%s has the key \"%.100s\" twice in one object; re-export",
+                    shown, twice);
+  for (const cJSON *child = item->child; child != NULL; child = child->next)
     if (check_json_tree(child, depth + 1, shown, err) != 0) return -1;
-  }
   return 0;
 }
 
