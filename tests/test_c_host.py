@@ -512,6 +512,10 @@ def test_garbage_tensor_files_and_manifests_are_refused_cleanly(c_host: Path, tm
             del data[chooser.randrange(len(data)) :]
         (tmp_path / f"t{index}.pb").write_bytes(bytes(data))
         tensors.append(str(tmp_path / f"t{index}.pb"))
+    for index, raw in enumerate([b"abcd", None]):  # a huge shape in a tiny file: refused, not allocated
+        header = protobuf.field(1, 10**9) + protobuf.field(1, 10**9) + protobuf.field(2, 1)
+        (tmp_path / f"huge{index}.pb").write_bytes(header + (protobuf.field(9, raw) if raw else b""))
+        tensors.append(str(tmp_path / f"huge{index}.pb"))
     result = run(c_host, "tensor", *tensors, timeout=120)
     assert result.returncode in (0, 2)
     read = len(result.stdout.splitlines())

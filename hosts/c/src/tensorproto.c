@@ -131,13 +131,16 @@ int oxf_tensor_parse(const uint8_t *bytes, size_t size, const char *source, oxf_
     count *= (size_t)tensor->dims[i];
   }
   tensor->count = count;
+  /* What the message can hold bounds what is allocated: raw_data exactly, typed values a byte each at
+   * least, so a tiny file claiming a huge shape is refused before any allocation. */
+  if (has_raw && raw_size != count * tensor->item_size)
+    return refuse(tensor, err, source, "raw_data does not hold shape x item size bytes");
+  if (!has_raw && count > size) return refuse(tensor, err, source, "it holds fewer values than its shape");
   if (count > 0 && (tensor->data = calloc(count, tensor->item_size)) == NULL) {
     oxf_tensor_free(tensor);
     return oxf_fail(err, OXF_INFERENCE_ERROR, "out of memory reading %s", source);
   }
   if (has_raw) {
-    if (raw_size != count * tensor->item_size)
-      return refuse(tensor, err, source, "raw_data does not hold shape x item size bytes");
     if (raw_size > 0) memcpy(tensor->data, raw, raw_size); /* x86-64 and aarch64 are little-endian */
     return 0;
   }
