@@ -134,19 +134,20 @@ static int run_case(oxf_folder *folder, oxf_session *session, const char *file, 
       oxf_tensor_free(&want);
       break;
     }
-    char detail[256] = "";
+    /* At most 8 dims of at most 21 characters each per shape: the text always fits. */
+    char detail[512] = "";
     result = (oxf_result){"graph", file, label->valuestring,           out_names[i],
                           0,       NAN,  atol + rtol * max_abs(&want), ""};
     bool same_shape = rank == want.rank && memcmp(dims, want.dims, rank * sizeof *dims) == 0;
     if (!same_shape) {
-      int at = snprintf(detail, sizeof detail, "shape [");
-      for (size_t d = 0; d < rank && at < 200; d++)
-        at += snprintf(detail + at, sizeof detail - (size_t)at, "%s%jd", d ? "," : "", (intmax_t)dims[d]);
-      at += snprintf(detail + at, sizeof detail - (size_t)at, "], golden [");
-      for (size_t d = 0; d < want.rank && at < 240; d++)
+      size_t at = (size_t)snprintf(detail, sizeof detail, "shape [");
+      for (size_t d = 0; d < rank; d++)
+        at += (size_t)snprintf(detail + at, sizeof detail - at, "%s%jd", d ? "," : "", (intmax_t)dims[d]);
+      at += (size_t)snprintf(detail + at, sizeof detail - at, "], golden [");
+      for (size_t d = 0; d < want.rank; d++)
         at +=
-            snprintf(detail + at, sizeof detail - (size_t)at, "%s%jd", d ? "," : "", (intmax_t)want.dims[d]);
-      snprintf(detail + at, sizeof detail - (size_t)at, "]");
+            (size_t)snprintf(detail + at, sizeof detail - at, "%s%jd", d ? "," : "", (intmax_t)want.dims[d]);
+      snprintf(detail + at, sizeof detail - at, "]");
     } else {
       double diff = 0;
       for (size_t k = 0; k < want.count; k++) {
