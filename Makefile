@@ -41,6 +41,7 @@ $(RUNTIME_STAMP): pyproject.toml
 	touch $@
 
 test: lint $(RUNTIME_STAMP)
+	$(MAKE) -C hosts/c PYTHON=$(CURDIR)/$(BIN)/python
 	$(BIN)/python -m pytest
 	$(MAKE) test-runtime
 	$(MAKE) test-node

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The C host's third-party parts, fetched from the package registries into hosts/c/build/deps (or $1).
+# Nothing is installed system-wide and the system's apt sources are left alone: apt reads its own lists
+# from build/apt. What comes from where (hosts/c/README.md says why):
+#   - ONNX Runtime headers, C API 21: Debian trixie's libonnxruntime-dev 1.21.0 (the headers only;
+#     Debian bookworm has no onnxruntime package);
+#   - the ONNX Runtime shared library of the same version: libonnxruntime.so.1.21.0 from PyPI's
+#     onnxruntime 1.21.0 manylinux wheel (a zip; only that file is taken out of it);
+#   - cJSON (JSON parser, MIT): Debian bookworm's libcjson-dev and libcjson1.
+# Needs: apt-get, dpkg-deb and a Python with pip (PYTHON, default python3); re-running is a no-op.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+deps=${1:-$here/build/deps}
+ORT_VERSION=1.21.0
+# The wheel pip resolves for ORT_VERSION (cp311, manylinux_2_28); its sha256 is checked after download.
+ORT_WHEEL_SHA256=${ORT_WHEEL_SHA256:-8a5d09815a9e209fa0cb20c2985b34ab4daeba7aea94d0f96b8751eb10403201}
+PYTHON=${PYTHON:-python3}
+stamp="$deps/.complete-$ORT_VERSION"
+
+if [[ -f "$stamp" ]]; then
+  exit 0
+fi
+
+for tool in apt-get dpkg-deb "$PYTHON"; do
+  if ! command -v "$tool" >/dev/null; then
+    echo "hosts/c/setup.sh: $tool is missing; on Debian: apt-get install -y build-essential python3-pip" >&2
+    exit 1
+  fi
+done
+
+work="$here/build/apt"
+rm -rf "$deps" "$work"
+mkdir -p "$deps" "$work/downloads"
+
+# One private apt configuration per Debian suite: its own sources, lists and cache.
+fetch_debs() { # suite-name "sources line(s)" packages...
+  local name=$1 sources=$2
+  shift 2
+  local dir="$work/$name"
+  mkdir -p "$dir/lists/partial" "$dir/cache/archives/partial"
+  printf '%s\n' "$sources" >"$dir/sources.list"
+  local opts=(
+    -o "Dir::Etc::SourceList=$dir/sources.list" -o "Dir::Etc::SourceParts=/dev/null"
+    -o "Dir::State::Lists=$dir/lists" -o "Dir::Cache=$dir/cache" -o "Dir::State::status=/dev/null"
+    -o "Debug::NoLocking=1" -o "APT::Sandbox::User=$(id -un)"
+  )
+  apt-get "${opts[@]}" -qq update
+  (cd "$work/downloads" && apt-get "${opts[@]}" -qq download "$@")
+}
+
+keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+fetch_debs trixie "deb [signed-by=$keyring] http://deb.debian.org/debian trixie main" libonnxruntime-dev
+fetch_debs bookworm "deb [signed-by=$keyring] http://deb.debian.org/debian bookworm main
+deb [signed-by=$keyring] http://deb.debian.org/debian-security bookworm-security main" libcjson1 libcjson-dev
+
+for deb in "$work"/downloads/*.deb; do
+  dpkg-deb -x "$deb" "$deps"
+done
+ort_deb_version=$(dpkg-deb -f "$work"/downloads/libonnxruntime-dev_*.deb Version)
+if [[ "$ort_deb_version" != "$ORT_VERSION"+* ]]; then
+  echo "hosts/c/setup.sh: Debian's libonnxruntime-dev is $ort_deb_version, not $ORT_VERSION; set" \
+    "ORT_VERSION in hosts/c/setup.sh to its upstream version so that the wheel matches the headers" >&2
+  exit 1
+fi
+
+"$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
+  --platform manylinux_2_28_x86_64 --dest "$work/downloads" "onnxruntime==$ORT_VERSION"
+wheel=$(ls "$work"/downloads/onnxruntime-"$ORT_VERSION"-*.whl)
+if [[ -n "$ORT_WHEEL_SHA256" ]]; then
+  echo "$ORT_WHEEL_SHA256  $wheel" | sha256sum --check --quiet
+fi
+mkdir -p "$deps/lib"
+"$PYTHON" - "$wheel" "$deps/lib" "$ORT_VERSION" <<'EOF'
+import sys, zipfile
+wheel, out, version = sys.argv[1:]
+name = f"onnxruntime/capi/libonnxruntime.so.{version}"
+with zipfile.ZipFile(wheel) as archive:
+    data = archive.read(name)
+with open(f"{out}/libonnxruntime.so.{version}", "wb") as handle:
+    handle.write(data)
+EOF
+ln -sf "libonnxruntime.so.$ORT_VERSION" "$deps/lib/libonnxruntime.so.1"
+ln -sf "libonnxruntime.so.1" "$deps/lib/libonnxruntime.so"
+# cJSON's shared object: the -dev package's libcjson.so link points at libcjson1's file.
+cp -P "$deps"/usr/lib/x86_64-linux-gnu/libcjson.so* "$deps/lib/"
+rm -rf "$work" # the lists and downloads (about 60 MB) are not needed once unpacked
+touch "$stamp"
+echo "hosts/c/setup.sh: ONNX Runtime $ORT_VERSION ($ort_deb_version headers) and cJSON in $deps"
