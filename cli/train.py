@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -20,7 +19,7 @@ from rich.table import Table
 
 from onnxformer.cli.errors import user_errors
 
-console = Console(highlight=False)
+console = Console(highlight=False, soft_wrap=True)
 MODEL_OPTIONS = ("d_model", "n_layers", "n_heads", "d_ff", "max_len", "dropout")
 MODEL_CHOICES = ("position", "norm_position", "activation")
 # CLI parameters that are TrainOptions fields of the same name.
@@ -69,8 +68,9 @@ def training_progress(family: str) -> Iterator[TrainingDisplay]:
 
 
 def _given(ctx: typer.Context, name: str) -> bool:
+    # By name: typer may carry its own copy of click, whose ParameterSource is another enum class.
     source = ctx.get_parameter_source(name)
-    return source not in (None, click.core.ParameterSource.DEFAULT)
+    return getattr(source, "name", None) not in (None, "DEFAULT", "DEFAULT_MAP")
 
 
 def _forwarded_args(ctx: typer.Context) -> list[str]:
@@ -80,7 +80,7 @@ def _forwarded_args(ctx: typer.Context) -> list[str]:
         value = ctx.params.get(param.name)
         if param.name == "nproc" or not _given(ctx, param.name):
             continue
-        if isinstance(param, click.Argument):
+        if param.param_type_name == "argument":
             args.append(str(value))
         elif param.is_flag:
             flag = param.opts[0] if value else (param.secondary_opts or [None])[0]
