@@ -118,7 +118,7 @@ def split_held_out(
     if n_held >= len(unique):
         raise InputError(
             f"{len(unique)} distinct items are too few to hold {fraction:.0%} out and keep some to train on; "
-            "give more items or a smaller fraction"
+            "give more items or a smaller fraction (`onnxformer train --val-fraction`)"
         )
     held = set(random.Random(seed).sample(range(len(unique)), n_held))
     train = [item for i, item in enumerate(unique) if i not in held]

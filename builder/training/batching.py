@@ -1,6 +1,7 @@
 """Turning token lists into padded tensors, and drawing reproducible batches."""
 
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -28,3 +29,39 @@ def shifted_labels(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     labels = ids[:, 1:].clone()  # (B, T - 1)
     labels[mask[:, 1:] == 0] = IGNORE
     return labels
+
+
+@dataclass
+class Truncation:
+    """What cutting texts to the model's context removed: reported, never silent."""
+
+    limit: int  # tokens a text may keep (the context less its special tokens)
+    texts: int = 0  # texts seen
+    cut_texts: int = 0  # texts longer than `limit`
+    cut_tokens: int = 0  # tokens removed from them
+    total_tokens: int = 0  # tokens before cutting
+    longest: int = 0  # tokens of the longest text
+
+    def clip(self, ids: list[int], limit: int | None = None) -> list[int]:
+        limit = self.limit if limit is None else limit
+        self.texts += 1
+        self.total_tokens += len(ids)
+        self.longest = max(self.longest, len(ids))
+        if len(ids) > limit:
+            self.cut_texts += 1
+            self.cut_tokens += len(ids) - limit
+        return ids[:limit]
+
+    def message(self, what: str) -> str | None:
+        """A one-line warning when anything was cut, else None."""
+        if not self.cut_texts:
+            return None
+        share = self.cut_tokens / max(self.total_tokens, 1)
+        return (
+            f"{self.cut_texts} of {self.texts} {what} are longer than the model's context "
+            f"({self.limit} tokens, the longest has {self.longest}): {self.cut_tokens} tokens "
+            f"({share:.1%} of the data) were cut off their ends; split long lines or raise --max-len"
+        )
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)

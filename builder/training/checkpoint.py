@@ -1,9 +1,10 @@
 """Training checkpoints: a folder written atomically, loadable without unpickling anything unsafe.
 
     checkpoint.json      format version, family, model config, step, metrics, tool versions
-    model.safetensors    weights (tied weights stored once)
+    model.safetensors    weights with the best held-out loss so far (tied weights stored once)
     tokenizer.json       the tokenizer the model was trained with
-    training_state.pt    optimizer, schedule, step, RNG states: read with torch.load(weights_only=True)
+    training_state.pt    latest weights, optimizer, schedule, step, RNG states (every process's): read
+                         with torch.load(weights_only=True)
     history.json         loss curves (train and held-out) so far
     loss_curve.png       the curve as a picture (written by the trainer)
 
@@ -78,8 +79,13 @@ def save_checkpoint(
     *,
     versions: dict[str, str],
     extra_files: dict[str, bytes] | None = None,
+    weights: dict[str, torch.Tensor] | None = None,
 ) -> Path:
-    """Write the whole checkpoint folder atomically; replaces an earlier checkpoint in `out`."""
+    """Write the whole checkpoint folder atomically; replaces an earlier checkpoint in `out`.
+
+    `weights` (a `unique_state_dict`) are stored instead of the model's own: the trainer keeps the best
+    weights there and the latest in the training state.
+    """
     family = _family_of(checkpoint.model)
     meta = {
         "format_version": CHECKPOINT_FORMAT,
@@ -92,7 +98,9 @@ def save_checkpoint(
     }
     files = {
         CHECKPOINT_NAME: json.dumps(meta, indent=2, sort_keys=True).encode(),
-        WEIGHTS_NAME: save_safetensors(unique_state_dict(checkpoint.model)),
+        WEIGHTS_NAME: save_safetensors(
+            weights if weights is not None else unique_state_dict(checkpoint.model)
+        ),
         TOKENIZER_NAME: checkpoint.tokenizer.to_str(pretty=True).encode(),
         HISTORY_NAME: json.dumps(checkpoint.history).encode(),
         **(extra_files or {}),

@@ -4,6 +4,7 @@ Sources are framed `source </s>`, targets `<s> target </s>` (teacher forcing: th
 shifted right and predicts it). Quality: exact match of greedy outputs on held-out pairs.
 """
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -14,7 +15,7 @@ from onnxformer.builder.data import passive_pairs, read_pairs_file, split_held_o
 from onnxformer.builder.families import T5
 from onnxformer.builder.generation import generate_seq2seq
 from onnxformer.builder.tokenizer import decode, encode, special_tokens
-from onnxformer.builder.training.batching import IGNORE, draw, pad, shifted_labels
+from onnxformer.builder.training.batching import IGNORE, Truncation, draw, pad, shifted_labels
 
 BUILTIN_PAIRS = 12_000
 QUALITY_EXAMPLES = 500
@@ -26,35 +27,41 @@ class T5Task:
     held_out_pairs: list[tuple[str, str]]
 
     @classmethod
-    def builtin_corpus(cls, seed: int) -> "T5Task":
-        train, held = split_held_out(passive_pairs(BUILTIN_PAIRS, seed=seed), seed=seed)
+    def builtin_corpus(cls, seed: int, *, val_fraction: float = 0.1) -> "T5Task":
+        pairs = passive_pairs(BUILTIN_PAIRS, seed=seed)
+        train, held = split_held_out(pairs, fraction=val_fraction, seed=seed)
         return cls(train, held)
 
     @classmethod
-    def from_pairs(cls, pairs: list[tuple[str, str]], seed: int) -> "T5Task":
-        train, held = split_held_out(pairs, seed=seed)
+    def from_pairs(cls, pairs: list[tuple[str, str]], seed: int, *, val_fraction: float = 0.1) -> "T5Task":
+        train, held = split_held_out(pairs, fraction=val_fraction, seed=seed)
         return cls(train, held)
 
     @classmethod
-    def from_file(cls, path: str, seed: int) -> "T5Task":
+    def from_file(cls, path: str, seed: int, *, val_fraction: float = 0.1) -> "T5Task":
         """The user's file: source<TAB>target per line."""
-        return cls.from_pairs(read_pairs_file(path), seed)
+        return cls.from_pairs(read_pairs_file(path), seed, val_fraction=val_fraction)
 
     def tokenizer_texts(self) -> list[str]:
         return [text for pair in self.train_pairs for text in pair]
 
-    def prepare(self, tokenizer: Tokenizer, max_len: int) -> None:
+    def train_items(self) -> int:
+        return len(self.train_pairs)
+
+    def prepare(self, tokenizer: Tokenizer, max_len: int) -> Truncation:
         self.tokenizer = tokenizer
         self.special = special_tokens(tokenizer)
         self.max_len = max_len
+        truncation = Truncation(limit=max_len - 1)  # sources and targets each keep max_len - 1 tokens
 
         def frame(source: str, target: str) -> tuple[list[int], list[int]]:
-            source_ids = [*encode(tokenizer, source)[: max_len - 1], self.special.eos]
-            target_ids = [self.special.bos, *encode(tokenizer, target)[: max_len - 1], self.special.eos]
+            source_ids = [*truncation.clip(encode(tokenizer, source)), self.special.eos]
+            target_ids = [self.special.bos, *truncation.clip(encode(tokenizer, target)), self.special.eos]
             return source_ids, target_ids
 
         self.train_ids = [frame(s, t) for s, t in self.train_pairs]
         self.held_out_ids = [frame(s, t) for s, t in self.held_out_pairs]
+        return truncation
 
     def batch(self, indices: list[int], *, held_out: bool = False) -> dict[str, torch.Tensor]:
         source = self.held_out_ids if held_out else self.train_ids
@@ -72,14 +79,21 @@ class T5Task:
     def sample_batch(self, generator: torch.Generator, batch_size: int) -> dict[str, torch.Tensor]:
         return self.batch(draw(len(self.train_ids), batch_size, generator))
 
-    def loss(self, model: T5, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    def normalisers(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
+        """What each loss term is divided by, counted on the whole (global) batch."""
+        return {"tokens": int((batch["labels"] != IGNORE).sum())}
+
+    def loss_sums(self, model: T5, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         logits = model(
             batch["input_ids"],
             batch["decoder_input_ids"],
             attention_mask=batch["attention_mask"],
             decoder_attention_mask=batch["decoder_attention_mask"],
         ).logits  # (B, T, V)
-        return F.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=IGNORE)
+        flat = logits.flatten(0, 1)  # (B * T, V)
+        return {
+            "tokens": F.cross_entropy(flat, batch["labels"].flatten(), ignore_index=IGNORE, reduction="sum")
+        }
 
     def tokens_in(self, batch: dict[str, torch.Tensor]) -> int:
         return int(batch["attention_mask"].sum() + batch["decoder_attention_mask"].sum())
@@ -88,18 +102,22 @@ class T5Task:
     def evaluate(self, model: T5, *, limit: int = 1000) -> dict[str, float]:
         model.eval()
         indices = list(range(min(limit, len(self.held_out_ids))))
-        total = 0.0
+        total, count = 0.0, 0
         for start in range(0, len(indices), 128):
-            chunk = indices[start : start + 128]
-            total += float(self.loss(model, self.batch(chunk, held_out=True))) * len(chunk)
-        return {"val_loss": total / max(len(indices), 1)}
+            batch = self.batch(indices[start : start + 128], held_out=True)
+            total += float(self.loss_sums(model, batch)["tokens"])
+            count += self.normalisers(batch)["tokens"]
+        loss = total / max(count, 1)  # per target token
+        return {"val_loss": loss, "val_perplexity": math.exp(min(loss, 50.0))}
 
     def quality(self, model: T5, *, seed: int, samples: int = QUALITY_EXAMPLES) -> dict[str, float]:
-        """Exact match of greedy outputs on up to `samples` held-out pairs."""
+        """Exact match of greedy outputs on up to `samples` held-out pairs (0 skips the check)."""
+        self.samples: list[str] = []
+        if samples < 1:
+            return {}
         pairs = self.held_out_pairs[:samples]
         sources = [ids for ids, _ in self.held_out_ids[: len(pairs)]]
         hits = 0
-        self.samples = []
         for start in range(0, len(sources), 100):
             results = generate_seq2seq(
                 model,

@@ -1,23 +1,29 @@
 """The training loop shared by the three families.
 
-AdamW with linear warm-up then cosine decay to 10% of the peak rate, gradient clipping, a held-out split
-evaluated every `eval_every` steps, checkpoints every `save_every` steps. Everything that decides what
-happens next (weights, optimizer moments, schedule, step, the data generator, the global RNG for dropout) is
-in the checkpoint, so a run killed and resumed ends with exactly the weights of an uninterrupted run.
+AdamW (weight decay on matrices only) with linear warm-up then cosine decay to 10% of the peak rate,
+gradient clipping, a held-out split evaluated every `eval_every` steps. The checkpoint keeps the weights
+with the best held-out loss (model.safetensors, what export and inference load) and, for resuming, the
+latest weights with everything that decides what happens next (optimizer moments, schedule, step, the data
+generator, every process's RNG for dropout), so a run killed and resumed ends with exactly the weights of
+an uninterrupted run. With `patience`, the run stops once that many evaluations in a row found no better
+held-out loss. See `distributed` for runs over several processes.
 """
 
+import copy
 import hashlib
 import logging
 import math
 import os
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from tokenizers import Tokenizer
 
+from onnxformer.builder.data import read_text_file
 from onnxformer.builder.families import FAMILIES
 from onnxformer.builder.tokenizer import train_tokenizer
 from onnxformer.builder.training.checkpoint import (
@@ -26,83 +32,40 @@ from onnxformer.builder.training.checkpoint import (
     CheckpointError,
     load_checkpoint,
     save_checkpoint,
+    unique_state_dict,
 )
 from onnxformer.builder.training.defaults import TRAINING
+from onnxformer.builder.training.distributed import Context, context, unwrap
 from onnxformer.builder.training.optimizer import make_optimizer
+from onnxformer.builder.training.options import TrainOptions, apply_resume_changes, explicit_changes
 from onnxformer.builder.training.plot import loss_curve_png
 from onnxformer.builder.versions import tool_versions
-from onnxformer.runtime.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class TrainOptions:
-    family: str
-    preset: str = "tiny"
-    steps: int | None = None  # None: the family's default
-    batch_size: int = 64
-    learning_rate: float | None = None  # None: the family's default
-    warmup_steps: int | None = None  # None: 5% of the steps
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    seed: int = 0
-    eval_every: int | None = None  # None: 10 evaluations per run
-    save_every: int | None = None  # None: 5 checkpoints per run
-    device: str = "cpu"
-    corpus: str | None = None  # GPT/BERT: text file, one sentence per line; T5: source<TAB>target
-    vocab_size: int = 512
-    quality_samples: int = 200  # GPT: sampled continuations; T5: held-out pairs decoded
-    model_overrides: dict[str, Any] = field(default_factory=dict)  # e.g. {"position": "rotary"}
-
-    def resolved(self) -> "TrainOptions":
-        """Defaults filled in and every value checked."""
-        if self.family not in TRAINING:
-            raise ConfigError(f"unknown family {self.family!r}; choose from {sorted(TRAINING)}")
-        defaults = TRAINING[self.family]
-        steps = self.steps if self.steps is not None else defaults.steps
-        options = replace(
-            self,
-            steps=steps,
-            learning_rate=self.learning_rate or defaults.learning_rate,
-            warmup_steps=self.warmup_steps if self.warmup_steps is not None else max(1, steps // 20),
-            eval_every=self.eval_every or max(1, steps // 10),
-            save_every=self.save_every or max(1, steps // 5),
-        )
-        for name in ("steps", "batch_size", "eval_every", "save_every"):
-            value = getattr(options, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
-        if not options.learning_rate > 0 or options.grad_clip <= 0 or options.weight_decay < 0:
-            raise ConfigError("learning_rate and grad_clip must be > 0, weight_decay >= 0")
-        if options.device not in ("cpu", "cuda"):
-            raise ConfigError(f"device must be 'cpu' or 'cuda', got {options.device!r}")
-        if options.device == "cuda" and not torch.cuda.is_available():
-            raise ConfigError("device 'cuda' was asked for but torch sees no CUDA GPU; use --device cpu")
-        return options
+Progress = Callable[[int, int, float, float], None]  # (step, total, loss, tokens per second)
+Report = Callable[[str], None]  # one line for the user: an evaluation, a warning
 
 
 @dataclass(frozen=True)
 class TrainResult:
     out: Path
-    metrics: dict[str, Any]
+    metrics: dict[str, Any]  # final metrics (of the best checkpoint); {} while the run is unfinished
     parameters: int
     seconds: float
     samples: list[str]
-
-
-Progress = Callable[[int, int, float, float], None]  # (step, total, loss, tokens per second)
-
-
-def _task(options: TrainOptions):
-    task = TRAINING[options.family].task
-    if options.corpus is None:
-        return task.builtin_corpus(options.seed)
-    return task.from_file(options.corpus, options.seed)
+    step: int = 0  # the step the run reached
+    best: dict[str, Any] | None = None  # {"step", "val_loss", ...} of the kept weights
+    warnings: list[str] = field(default_factory=list)
+    stopped_early: bool = False
+    already_complete: bool = False  # resumed a finished run: nothing was trained or written
+    rank: int = 0  # this process's rank (only rank 0 prints)
 
 
 def _corpus_digest(options: TrainOptions) -> str | None:
-    return None if options.corpus is None else hashlib.sha256(Path(options.corpus).read_bytes()).hexdigest()
+    if options.corpus is None:
+        return None
+    return hashlib.sha256(read_text_file(options.corpus).encode("utf-8")).hexdigest()
 
 
 def _schedule(options: TrainOptions) -> Callable[[int], float]:
@@ -115,8 +78,96 @@ def _schedule(options: TrainOptions) -> Callable[[int], float]:
     return factor
 
 
-def _options_from(saved: dict[str, Any]) -> TrainOptions:
-    return TrainOptions(**saved)
+def _window_mean(history: dict[str, list], low: int, high: int) -> float | None:
+    losses = [loss for s, loss in zip(history["step"], history["train_loss"], strict=True) if low < s <= high]
+    return sum(losses) / len(losses) if losses else None
+
+
+def overfitting_warning(history: dict[str, list], best_step: int | None) -> str | None:
+    """A warning when held-out loss rose at the last two evaluations while training loss fell."""
+    steps, val = history["eval_step"], history["val_loss"]
+    if len(val) < 3 or not val[-1] > val[-2] > val[-3]:
+        return None
+    before = _window_mean(history, steps[-3], steps[-2])
+    after = _window_mean(history, steps[-2], steps[-1])
+    if before is None or after is None or not after < before:
+        return None
+    return (
+        f"held-out loss rose from {val[-3]:.3f} (step {steps[-3]}) to {val[-1]:.3f} (step {steps[-1]}) "
+        f"while training loss fell ({before:.3f} -> {after:.3f}): the model is memorising its training "
+        f"data; the best checkpoint (step {best_step}) is kept. More data, more --dropout, a smaller model "
+        "or fewer --steps help"
+    )
+
+
+def _evals_since(history: dict[str, list], step: int | None) -> int:
+    return sum(1 for s in history["eval_step"] if step is None or s > step)
+
+
+@dataclass
+class _Run:
+    """What a resumed run starts from."""
+
+    options: TrainOptions
+    model: torch.nn.Module
+    tokenizer: Tokenizer
+    state: dict[str, Any]
+    history: dict[str, list]
+    best: dict[str, Any] | None
+    best_weights: dict[str, torch.Tensor] | None
+    checkpoint: Checkpoint
+
+
+def _load_run(out: Path, options: TrainOptions, changes: Mapping[str, Any] | None) -> _Run:
+    if not (out / CHECKPOINT_NAME).is_file():
+        raise CheckpointError(f"--resume: {out} holds no checkpoint to resume; drop --resume to start anew")
+    saved = load_checkpoint(out, family=options.family, with_training_state=True)
+    saved_options = TrainOptions(**saved.extra["train_options"])
+    wanted = dict(explicit_changes(options) if changes is None else changes)
+    resumed = apply_resume_changes(
+        saved_options, wanted, step=saved.step, model_config=asdict(saved.model.config)
+    )
+    if _corpus_digest(resumed) != saved.extra.get("corpus_sha256"):
+        raise CheckpointError(f"--resume: {resumed.corpus} changed since the run began; start a new run")
+    state = saved.training_state
+    best = saved.extra.get("best")
+    best_weights = unique_state_dict(saved.model) if best else None
+    if "model" in state:  # the latest weights; model.safetensors holds the best
+        saved.model.load_state_dict(state["model"], strict=False)
+    return _Run(resumed, saved.model, saved.tokenizer, state, saved.history, best, best_weights, saved)
+
+
+def _already_complete(run: _Run, out: Path, started: float) -> TrainResult | None:
+    extra, step = run.checkpoint.extra, run.checkpoint.step
+    saved_steps = int(extra["train_options"]["steps"])
+    finished = extra.get("complete", step >= saved_steps)
+    # A finished run (its steps done, or stopped early) trains again only when given more steps.
+    if not finished or run.options.steps > max(step, saved_steps):
+        return None
+    parameters = sum(p.numel() for p in run.model.parameters())
+    return TrainResult(
+        out,
+        run.checkpoint.metrics,
+        parameters,
+        time.perf_counter() - started,
+        [],
+        step=step,
+        best=run.best,
+        stopped_early=bool(extra.get("stopped_early")),
+        already_complete=True,
+    )
+
+
+def _new_model(options: TrainOptions, ctx: Context, texts: list[str]) -> tuple[torch.nn.Module, Tokenizer]:
+    """The tokenizer (trained on rank 0, sent to the others) and the model, initialised alike everywhere."""
+    text = train_tokenizer(texts, vocab_size=options.vocab_size).to_str() if ctx.is_main else None
+    tokenizer = Tokenizer.from_str(ctx.broadcast(text))
+    torch.manual_seed(options.seed)
+    spec = FAMILIES[options.family]
+    config = spec.config.preset(
+        options.preset, vocab_size=tokenizer.get_vocab_size(), **options.model_overrides
+    )
+    return spec.model(config), tokenizer
 
 
 def train(
@@ -124,104 +175,233 @@ def train(
     options: TrainOptions,
     *,
     resume: bool = False,
+    changes: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
+    report: Report | None = None,
     stop_after: int | None = None,
 ) -> TrainResult:
     """Train one family into the checkpoint folder `out`; `resume=True` continues the run saved there.
 
+    On resume, `changes` are the options the caller set (None: the fields of `options` that differ from
+    the defaults); only `CHANGEABLE_ON_RESUME` may differ from the saved run, a larger `steps` among them.
     `stop_after` ends the run after that many steps of this call (as a kill would, but cleanly): tests use
     it to prove that resuming gives the same weights.
     """
     started = time.perf_counter()
     out = Path(out)
-    state = None
-    if resume:
-        if not (out / CHECKPOINT_NAME).is_file():
+    run = _load_run(out, options, changes) if resume else None
+    if run is not None:
+        done = _already_complete(run, out, started)
+        if done is not None:
+            return done
+    options = (run.options if run else options).validated()
+    ctx = context(options.device, fsdp=options.fsdp)
+    try:
+        return _train(out, options, run, ctx, started, progress, report, stop_after)
+    finally:
+        ctx.close()
+
+
+def _train(
+    out: Path,
+    options: TrainOptions,
+    run: _Run | None,
+    ctx: Context,
+    started: float,
+    progress: Progress | None,
+    report: Report | None,
+    stop_after: int | None,
+) -> TrainResult:
+    warnings: list[str] = []
+
+    def say(message: str, *, warning: bool = False) -> None:
+        if warning:
+            warnings.append(message)
+        if ctx.is_main:
+            (logger.warning if warning else logger.info)("%s", message)
+            if report is not None:
+                report(("warning: " if warning else "") + message)
+
+    task = TRAINING[options.family].task
+    task = (
+        task.builtin_corpus(options.seed, val_fraction=options.val_fraction)
+        if options.corpus is None
+        else task.from_file(options.corpus, options.seed, val_fraction=options.val_fraction)
+    )
+    options = options.resolved(train_items=task.train_items())
+    if run is None:
+        model, tokenizer = _new_model(options, ctx, task.tokenizer_texts())
+        history: dict[str, list] = {"step": [], "train_loss": [], "eval_step": [], "val_loss": []}
+        best, best_weights, state = None, None, None
+    else:
+        model, tokenizer, history, state = run.model, run.tokenizer, run.history, run.state
+        best, best_weights = run.best, run.best_weights
+        if int(state.get("world_size", 1)) != ctx.world_size:
             raise CheckpointError(
-                f"--resume: {out} holds no checkpoint to resume; drop --resume to start anew"
+                f"--resume: the run in {out} was trained by {state.get('world_size', 1)} process(es), this "
+                f"one has {ctx.world_size}; resume it with --nproc {state.get('world_size', 1)}"
             )
-        saved = load_checkpoint(out, family=options.family, with_training_state=True)
-        options = _options_from(saved.extra["train_options"])
-        if _corpus_digest(options) != saved.extra.get("corpus_sha256"):
-            raise CheckpointError(f"--resume: {options.corpus} changed since the run began; start a new run")
-        model, tokenizer, state, history = saved.model, saved.tokenizer, saved.training_state, saved.history
-    options = options.resolved()
-    task = _task(options)
-    if state is None:
-        torch.manual_seed(options.seed)
-        tokenizer = train_tokenizer(task.tokenizer_texts(), vocab_size=options.vocab_size)
-        spec = FAMILIES[options.family]
-        config = spec.config.preset(
-            options.preset, vocab_size=tokenizer.get_vocab_size(), **options.model_overrides
-        )
-        model = spec.model(config)
-        history = {"step": [], "train_loss": [], "eval_step": [], "val_loss": []}
-    task.prepare(tokenizer, model.config.max_len)
-    model.to(options.device)
-    optimizer = make_optimizer(model, learning_rate=options.learning_rate, weight_decay=options.weight_decay)
+    truncation = task.prepare(tokenizer, model.config.max_len)
+    cut = truncation.message("texts")
+    if cut:
+        say(cut, warning=True)
+    evaluator = copy.deepcopy(model) if ctx.fsdp else None  # rank 0's unsharded copy under FSDP
+    wrapped = ctx.wrap(model)
+    optimizer = make_optimizer(
+        wrapped, learning_rate=options.learning_rate, weight_decay=options.weight_decay
+    )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(options))
-    generator = torch.Generator().manual_seed(options.seed)
+    generator = torch.Generator().manual_seed(options.seed)  # the same on every process
+    torch.manual_seed(options.seed + ctx.rank)  # dropout: its own stream per process
     step = 0
     if state is not None:
-        optimizer.load_state_dict(state["optimizer"])
+        ctx.load_optimizer_state(wrapped, optimizer, state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         generator.set_state(state["data_rng"])
-        torch.set_rng_state(state["torch_rng"])
+        rank_rng = state.get("rank_rng") or [state["torch_rng"]]
+        torch.set_rng_state(rank_rng[ctx.rank])
+        if ctx.device.type == "cuda" and state.get("cuda_rng"):
+            torch.cuda.set_rng_state(state["cuda_rng"][ctx.rank])
         step = int(state["step"])
-    extra = {"train_options": asdict(options), "corpus_sha256": _corpus_digest(options)}
-    parameters = sum(p.numel() for p in model.parameters())
+    parameters = sum(p.numel() for p in unwrap(model).parameters())
+    # A run that stopped early is resumed only for more steps; the patience rule then applies again.
+    stopped = False
+
+    def full_model() -> torch.nn.Module | None:
+        """Rank 0's model with the current weights (collective under FSDP), None on the others."""
+        weights = ctx.full_state(wrapped)
+        if not ctx.is_main:
+            return None
+        if evaluator is None:
+            return unwrap(wrapped)
+        evaluator.load_state_dict(weights)
+        return evaluator
 
     def checkpoint(metrics: dict[str, Any], *, final: bool) -> None:
-        training_state = {
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "data_rng": generator.get_state(),
-            "torch_rng": torch.get_rng_state(),
-            "step": step,
-        }
-        files = {}
-        if final:
-            files["loss_curve.png"] = loss_curve_png(history, title=f"{options.family} {options.preset}")
-        save_checkpoint(
-            out,
-            Checkpoint(options.family, model, tokenizer, step, metrics, history, training_state, extra),
-            versions=tool_versions(),
-            extra_files=files,
-        )
+        current = full_model()
+        optimizer_state = ctx.full_optimizer_state(wrapped, optimizer)
+        rng = ctx.gather(torch.get_rng_state())
+        cuda_rng = ctx.gather(torch.cuda.get_rng_state()) if ctx.device.type == "cuda" else None
+        ctx.barrier()
+        if ctx.is_main:
+            latest = unique_state_dict(current)
+            training_state = {
+                "model": latest,
+                "optimizer": optimizer_state,
+                "scheduler": scheduler.state_dict(),
+                "data_rng": generator.get_state(),
+                "torch_rng": rng[0],
+                "rank_rng": rng,
+                "cuda_rng": cuda_rng,
+                "world_size": ctx.world_size,
+                "step": step,
+            }
+            extra = {
+                "train_options": asdict(options),
+                "corpus_sha256": _corpus_digest(options),
+                "best": best,
+                "complete": final,
+                "stopped_early": stopped,
+                "truncation": truncation.as_dict(),
+                "world_size": ctx.world_size,
+            }
+            files = {}
+            if final:
+                files["loss_curve.png"] = loss_curve_png(history, title=f"{options.family} {options.preset}")
+            save_checkpoint(
+                out,
+                Checkpoint(options.family, current, tokenizer, step, metrics, history, training_state, extra),
+                versions=tool_versions(),
+                extra_files=files,
+                weights=best_weights,
+            )
+        ctx.barrier()
 
     ran = 0
-    window_tokens, window_start = 0, time.perf_counter()
-    while step < options.steps and (stop_after is None or ran < stop_after):
-        model.train()
-        batch = {k: v.to(options.device) for k, v in task.sample_batch(generator, options.batch_size).items()}
-        loss = task.loss(model, batch)
+    window_tokens, window_start = 0.0, time.perf_counter()
+    while step < options.steps and not stopped and (stop_after is None or ran < stop_after):
+        wrapped.train()
+        batch = task.sample_batch(generator, options.batch_size)  # the global batch, on every process
+        counts = task.normalisers(batch)
+        local = ctx.shard(batch, options.batch_size)
+        sums = task.loss_sums(wrapped, local)
+        loss = sum(sums[term] / max(counts[term], 1) for term in sums)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), options.grad_clip)
+        (loss * ctx.world_size).backward()  # DDP and FSDP average gradients over the processes
+        torch.nn.utils.clip_grad_norm_(wrapped.parameters(), options.grad_clip)
         optimizer.step()
         scheduler.step()
         step += 1
         ran += 1
-        window_tokens += task.tokens_in(batch)
+        total_loss, tokens = ctx.sum([loss.item(), float(task.tokens_in(local))])
+        window_tokens += tokens
         history["step"].append(step)
-        history["train_loss"].append(loss.item())
-        if progress is not None:
+        history["train_loss"].append(total_loss)
+        if progress is not None and ctx.is_main:
             elapsed = max(time.perf_counter() - window_start, 1e-9)
-            progress(step, options.steps, history["train_loss"][-1], window_tokens / elapsed)
+            progress(step, options.steps, total_loss, window_tokens / elapsed)
         if step % options.eval_every == 0 or step == options.steps:
-            metrics = task.evaluate(model)
-            history["eval_step"].append(step)
-            history["val_loss"].append(metrics["val_loss"])
-            logger.info("step %d: %s", step, metrics)
-        if step % options.save_every == 0 and step < options.steps:
+            current = full_model()
+            verdict = None
+            if ctx.is_main:
+                metrics = task.evaluate(current)
+                history["eval_step"].append(step)
+                history["val_loss"].append(metrics["val_loss"])
+                improved = best is None or metrics["val_loss"] < best["val_loss"]
+                if improved:
+                    best = {"step": step, **metrics}
+                    best_weights = {k: v.clone() for k, v in unique_state_dict(current).items()}
+                shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
+                verdict = {
+                    "line": f"step {step}: {shown}" + (" (best so far)" if improved else ""),
+                    "overfit": overfitting_warning(history, best["step"]),
+                    "stop": options.patience > 0 and _evals_since(history, best["step"]) >= options.patience,
+                }
+            verdict = ctx.broadcast(verdict)
+            say(verdict["line"])
+            if verdict["overfit"] and not any(w.startswith("held-out loss rose") for w in warnings):
+                say(verdict["overfit"], warning=True)
+            if verdict["stop"] and step < options.steps:
+                stopped = True
+                say(
+                    f"stopping early at step {step}: no better held-out loss in {options.patience} "
+                    f"evaluations (--patience); keeping step {ctx.broadcast(best)['step']}"
+                )
+        if step % options.save_every == 0 and step < options.steps and not stopped:
             checkpoint({}, final=False)
+    complete = step >= options.steps or stopped
     metrics: dict[str, Any] = {}
     samples: list[str] = []
-    if step >= options.steps:
-        quality = task.quality(model, seed=options.seed, samples=options.quality_samples)
-        metrics = {**task.evaluate(model), **quality}
+    if complete and ctx.is_main:
+        final_model = full_model_copy(full_model(), best_weights)
+        quality = task.quality(final_model, seed=options.seed, samples=options.quality_samples)
+        metrics = {**task.evaluate(final_model), **quality}
         samples = list(getattr(task, "samples", []))
+        metrics["best_step"] = best["step"] if best else step
         metrics["parameters"] = parameters
         metrics["train_seconds"] = round(time.perf_counter() - started, 1)
-    checkpoint(metrics, final=step >= options.steps)
-    return TrainResult(out, metrics, parameters, time.perf_counter() - started, samples)
+    elif complete:
+        full_model()  # the collective of rank 0's call above, under FSDP
+    checkpoint(metrics, final=complete)
+    best = ctx.broadcast(best)
+    return TrainResult(
+        out,
+        metrics,
+        parameters,
+        time.perf_counter() - started,
+        samples,
+        step=step,
+        best=best,
+        warnings=warnings,
+        stopped_early=stopped,
+        rank=ctx.rank,
+    )
+
+
+def full_model_copy(model: torch.nn.Module, weights: dict[str, torch.Tensor] | None) -> torch.nn.Module:
+    """A copy of `model` holding `weights` (the best ones), or `model` itself when there are none."""
+    if weights is None:
+        return model
+    kept = copy.deepcopy(model)
+    kept.load_state_dict(weights, strict=False)
+    return kept
