@@ -49,10 +49,34 @@ fetch_debs() { # suite-name "sources line(s)" packages...
   (cd "$work/downloads" && apt-get "${opts[@]}" -qq download "$@")
 }
 
+# The archives are the ones this machine's apt is already configured with (deb822 .sources files or
+# sources.list), found by the suite they serve: no archive is named here.
+configured_uri() { # suite -> the first URI configured for it
+  local suite=$1
+  {
+    awk -v s="$suite" '$1 == "deb" { for (i = 2; i < NF; i++) if ($i ~ /:\/\//) { if ($(i + 1) == s) print $i; break } }' \
+      /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null
+    awk -v s="$suite" 'BEGIN { RS = "" } {
+        uri = ""; found = 0; n = split($0, lines, "\n")
+        for (j = 1; j <= n; j++) {
+          if (lines[j] ~ /^URIs:/) { sub(/^URIs:[ \t]*/, "", lines[j]); split(lines[j], u, " "); uri = u[1] }
+          if (lines[j] ~ /^Suites:/ && (" " lines[j] " ") ~ (" " s " ")) found = 1
+        }
+        if (found && uri != "") print uri
+      }' /etc/apt/sources.list.d/*.sources 2>/dev/null
+  } | head -n 1
+}
+archive=$(configured_uri bookworm)
+security=$(configured_uri bookworm-security)
+if [[ -z "$archive" || -z "$security" ]]; then
+  echo "hosts/c/setup.sh: apt has no source for Debian bookworm and bookworm-security configured;" \
+    "add Debian's archives to /etc/apt/sources.list.d, then re-run" >&2
+  exit 1
+fi
 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-fetch_debs trixie "deb [signed-by=$keyring] http://deb.debian.org/debian trixie main" libonnxruntime-dev
-fetch_debs bookworm "deb [signed-by=$keyring] http://deb.debian.org/debian bookworm main
-deb [signed-by=$keyring] http://deb.debian.org/debian-security bookworm-security main" libcjson1 libcjson-dev
+fetch_debs trixie "deb [signed-by=$keyring] $archive trixie main" libonnxruntime-dev
+fetch_debs bookworm "deb [signed-by=$keyring] $archive bookworm main
+deb [signed-by=$keyring] $security bookworm-security main" libcjson1 libcjson-dev
 
 for deb in "$work"/downloads/*.deb; do
   dpkg-deb -x "$deb" "$deps"
