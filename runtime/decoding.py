@@ -44,6 +44,19 @@ class CacheLayout:
 
     spec: KVCache
 
+    @property
+    def layers(self) -> int:
+        return self.spec.layers
+
+    @property
+    def heads(self) -> int:
+        """The key/value heads (H in every cache tensor's (B, H, P, Dh))."""
+        return self.spec.kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.spec.head_dim
+
     def past_names(self) -> list[str]:
         return self.spec.past_names()
 
