@@ -28,6 +28,7 @@ from onnxformer.runtime.errors import InputError, ManifestError, OnnxformerError
 from onnxformer.runtime.model import ExportModel, ModelExport, check_feedable, open_export, pick
 from onnxformer.runtime.seq2seq import TextToText
 from onnxformer.runtime.session import Device, create_session
+from onnxformer.runtime.tokenizer import REPLACEMENT
 
 Kind = Literal["self", "cross"]
 KINDS: tuple[Kind, ...] = ("self", "cross")
@@ -38,6 +39,14 @@ FEEDABLE = ("input_ids", "attention_mask", "token_type_ids", "decoder_input_ids"
 OUTPUT_KEYS: dict[Kind, str] = {"self": "self_attentions", "cross": "cross_attentions"}
 # Softmax rows in fp32 sum to 1 within a few ulps per key; this also allows 64-key rows.
 ROW_SUM_TOLERANCE = 1e-4
+SPAN_LIMIT = 16  # most tokens one typed character may span (long emoji sequences)
+_BYTES_SHOWN = re.compile(r"<((?:[0-9A-F]{2} )*[0-9A-F]{2})>")
+
+
+def _shown_bytes(shown: str) -> bytes:
+    """What a shown token stands for: the bytes of a "<F0 9F>" token, else its text's bytes."""
+    match = _BYTES_SHOWN.fullmatch(shown)
+    return bytes.fromhex(match.group(1)) if match else shown.encode("utf-8")
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,7 +94,22 @@ class AttentionMap:
         ]
         if exact or loose:
             return (exact or loose)[0]
+        spanning = self._spanning(token.strip())
+        if spanning is not None:
+            return spanning
         raise InputError(f"no query token {token!r} in {self.text!r}; choose one of {self._choices()}")
+
+    def _spanning(self, text: str) -> int | None:
+        """The first of the tokens that together spell `text` when one character is split over several
+        byte tokens ("😀" = <F0 9F> <98> <80>), or None."""
+        pieces = [_shown_bytes(shown) for shown in self.query_tokens]
+        for start in range(len(pieces)):
+            joined = b""
+            for piece in pieces[start : start + SPAN_LIMIT]:
+                joined += piece
+                if joined.decode("utf-8", errors="replace").strip() == text:
+                    return start
+        return None
 
     def row(self, token: str | int, *, layer: int | None = None, head: int | None = None) -> np.ndarray:
         """The weights (K,) the query `token` gives every key; `layer` / `head` None averages that axis."""
@@ -245,8 +269,12 @@ class AttentionReader:
         return weights
 
     def _shown(self, token_id: int) -> str:
-        """One token as readable text: the byte-level leading space dropped, blanks made visible."""
+        """One token as readable text: the byte-level leading space dropped, blanks made visible, and a
+        token that holds only part of a character (an emoji's bytes) shown as its bytes, "<F0 9F>"."""
         text = self.export.tokenizer.token_text(token_id)
+        raw = self.export.tokenizer.token_bytes(token_id) if REPLACEMENT in text else None
+        if raw:
+            return "<" + " ".join(f"{byte:02X}" for byte in raw.removeprefix(b" ")) + ">"
         if text.strip():
             return text[1:] if text.startswith(" ") else text
         return text.replace(" ", "␣").replace("\n", "\\n").replace("\t", "\\t")

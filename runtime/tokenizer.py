@@ -15,6 +15,20 @@ from onnxformer.runtime.errors import InputError, ManifestError
 REPLACEMENT = "\ufffd"  # what decoding shows for bytes that are not (yet) a whole UTF-8 character
 
 
+def _byte_level_alphabet() -> dict[str, int]:
+    """Byte-level BPE's characters -> the bytes they stand for: printable Latin-1 bytes stand for
+    themselves, the other 68 bytes for the characters from U+0100 on, in byte order (GPT-2's scheme)."""
+    ranges = (("!", "~"), ("¡", "¬"), ("®", "ÿ"))
+    printable = [byte for first, last in ranges for byte in range(ord(first), ord(last) + 1)]
+    table = {chr(byte): byte for byte in printable}
+    others = [byte for byte in range(256) if byte not in printable]
+    table.update({chr(256 + index): byte for index, byte in enumerate(others)})
+    return table
+
+
+BYTE_LEVEL = _byte_level_alphabet()
+
+
 class TextTokenizer:
     """Text <-> token ids for one export; stateless after construction, so safe to share across threads."""
 
@@ -85,6 +99,14 @@ class TextTokenizer:
             # The library would drop them silently and return a shorter text.
             raise InputError(f"token ids {bad[:5]} are outside the vocabulary 0 .. {self.vocab_size - 1}")
         return self._tokenizer.decode(ids, skip_special_tokens=True)
+
+    def token_bytes(self, token_id: int) -> bytes | None:
+        """The bytes a byte-level token stands for (part of a character, for emoji and many scripts);
+        None for special tokens and for tokenizers that are not byte-level."""
+        piece = self._tokenizer.id_to_token(token_id)
+        if token_id in self.special_ids or piece is None or any(c not in BYTE_LEVEL for c in piece):
+            return None
+        return bytes(BYTE_LEVEL[c] for c in piece)
 
     def token_text(self, token_id: int) -> str:
         """One token as text; a special token shows as its own text ("<pad>") rather than vanishing."""

@@ -275,3 +275,16 @@ def test_installed_entry_point_without_torch(tmp_path: Path) -> None:
     assert "t5 cross-attention while writing 'dog'" in result.stdout
     assert all(word in result.stdout for word in _words(ACTIVE))
     assert out.read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_a_character_split_over_byte_tokens_is_shown_and_found() -> None:
+    """An emoji is four byte-level tokens: they are listed by their bytes (not as "?" boxes), and the
+    emoji itself picks the first of them."""
+    emoji = attention_map(EXPORTED / "gpt", "The cat 😀 sat", device="cpu")
+    parts = [shown for shown in emoji.query_tokens if shown.startswith("<") and shown != "<s>"]
+    assert "".join(parts) == "<F0><9F><98><80>", emoji.query_tokens
+    assert "\ufffd" not in "".join(emoji.query_tokens)
+    first = emoji.query_tokens.index("<F0>")
+    assert emoji.query_index("😀") == first
+    with pytest.raises(InputError, match="<F0>"):
+        emoji.query_index("dog")
