@@ -14,24 +14,12 @@ import numpy as np
 import torch
 
 from onnxformer.builder.families import GPT, T5
-from onnxformer.runtime.decoding import Collector, Generation, left_pad
+from onnxformer.runtime.decoding import Collector, Generation, left_pad, prompt_budgets, seq2seq_budget
 from onnxformer.runtime.errors import InputError
 from onnxformer.runtime.sampling import Sampler, SamplingConfig
 
 GREEDY = SamplingConfig(temperature=0.0)
 __all__ = ["GREEDY", "Generation", "generate", "generate_seq2seq"]
-
-
-# TODO(runtime): import these two from onnxformer.runtime.decoding once it has them as functions
-# (CONTRACT-REQUESTS.md); today the rule lives in TextGenerator._budgets and TextToText._check.
-def prompt_budgets(lengths: Sequence[int], max_new_tokens: int, max_len: int) -> list[int]:
-    """Each row may grow until its own context is full: the last token generated needs no position."""
-    return [min(max_new_tokens, max_len - length + 1) for length in lengths]
-
-
-def seq2seq_budget(max_new_tokens: int, max_len: int) -> int:
-    """The decoder's context is max_len positions, the start token included."""
-    return min(max_new_tokens, max_len)
 
 
 def _check_request(

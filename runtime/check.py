@@ -43,7 +43,7 @@ def _check_file(folder: ExportFolder, entry: FileEntry) -> FileCheck:
     parity = entry.parity
     if parity is not None:
         for name, diff in parity.max_abs_diff.items():
-            allowed = parity.tolerance + parity.rtol * parity.max_abs_value.get(name, 0.0)
+            allowed = parity.allowed(name)
             if diff > allowed:
                 return FileCheck(
                     entry, f"recorded parity of {name}, {diff:.2e}, exceeds the allowed {allowed:.2e}"

@@ -175,6 +175,16 @@ def right_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, n
     return ids, mask
 
 
+def prompt_budgets(lengths: Sequence[int], max_new_tokens: int, max_len: int) -> list[int]:
+    """Each row may grow until its own context is full: the last token generated needs no position."""
+    return [min(max_new_tokens, max_len - length + 1) for length in lengths]
+
+
+def seq2seq_budget(max_new_tokens: int, max_len: int) -> int:
+    """The decoder's context is max_len positions, the start token included."""
+    return min(max_new_tokens, max_len)
+
+
 class Collector:
     """Per-row token lists that close at a stop token, when the row's budget of steps is spent, or when
     the caller closes them (stop strings)."""

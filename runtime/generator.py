@@ -24,6 +24,7 @@ from onnxformer.runtime.decoding import (
     check_token_rows,
     decode_steps,
     left_pad,
+    prompt_budgets,
     sampling_config,
 )
 from onnxformer.runtime.errors import InputError
@@ -178,8 +179,7 @@ class TextGenerator(ExportModel):
         return np.ascontiguousarray(outputs[0][:, -1]), self._cache.next_feeds(outputs[1:])
 
     def _budgets(self, request: _Request) -> list[int]:
-        # Each row may grow until its own context is full: the last token generated needs no position.
-        return [min(request.max_new_tokens, self.max_len - len(row) + 1) for row in request.rows]
+        return prompt_budgets([len(row) for row in request.rows], request.max_new_tokens, self.max_len)
 
     def _loop(self, request: _Request, collector: Collector) -> Iterator[Step]:
         ids, mask = left_pad(request.rows, self.tokenizer.special_tokens["pad"])  # (B, T)

@@ -17,7 +17,7 @@ import numpy as np
 
 from onnxformer.runtime.errors import ManifestError, OnnxformerError
 from onnxformer.runtime.folder import ExportFolder
-from onnxformer.runtime.manifest import GoldenCase, GoldenGraph
+from onnxformer.runtime.manifest import GoldenCase, GoldenGraph, allowed_difference
 from onnxformer.runtime.session import Device, create_session
 from onnxformer.runtime.tensorproto import read_tensor
 
@@ -69,7 +69,7 @@ def _tensors(export: ExportFolder, paths: list[str], names: tuple[str, ...]) -> 
 
 def allowance(golden: np.ndarray, atol: float, rtol: float) -> float:
     """The largest |got - golden| a golden allows: atol + rtol * max |golden| (docs/goldens.md)."""
-    return atol + rtol * (float(np.max(np.abs(golden))) if golden.size else 0.0)
+    return allowed_difference(atol, rtol, float(np.max(np.abs(golden))) if golden.size else 0.0)
 
 
 def compare(loaded: LoadedCase, got: dict[str, np.ndarray]) -> GoldenResult:

@@ -120,10 +120,7 @@ def _tensor(spec: TensorSpec) -> dict[str, Any]:
 def _parity(entry: FileEntry) -> dict[str, Any]:
     parity = entry.parity
     # The same limit `check_export` applies: tolerance plus rtol per unit of the output's magnitude.
-    allowed = {
-        name: parity.tolerance + parity.rtol * parity.max_abs_value.get(name, 0.0)
-        for name in parity.max_abs_diff
-    }
+    allowed = {name: parity.allowed(name) for name in parity.max_abs_diff}
     return {
         "tolerance": parity.tolerance,
         "rtol": parity.rtol,

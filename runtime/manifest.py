@@ -37,6 +37,12 @@ class TensorSpec:
     shape: tuple[int | str, ...]
 
 
+def allowed_difference(atol: float, rtol: float, scale: float) -> float:
+    """The one tolerance rule of parity and goldens: the largest |got - want| allowed for an output whose
+    largest magnitude is `scale` (fp32 rounding grows with the size of the numbers)."""
+    return atol + rtol * scale
+
+
 @dataclass(frozen=True)
 class Parity:
     """PyTorch vs ONNX Runtime at export time, over `cases` input shapes none equal to the trace shape."""
@@ -47,6 +53,10 @@ class Parity:
     shapes: tuple[str, ...] = ()  # the case shapes, e.g. "B=4 T=17 P=5"
     rtol: float = 0.0  # allowed diff = tolerance + rtol * max |torch output| (0: absolute only)
     max_abs_value: dict[str, float] = field(default_factory=dict)  # output name -> largest |torch output|
+
+    def allowed(self, name: str) -> float:
+        """What output `name` was allowed to differ by."""
+        return allowed_difference(self.tolerance, self.rtol, self.max_abs_value.get(name, 0.0))
 
 
 @dataclass(frozen=True)

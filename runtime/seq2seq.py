@@ -27,6 +27,7 @@ from onnxformer.runtime.decoding import (
     left_pad,
     log_softmax,
     sampling_config,
+    seq2seq_budget,
 )
 from onnxformer.runtime.errors import InputError
 from onnxformer.runtime.model import ExportModel, ModelExport, pick
@@ -220,8 +221,7 @@ class TextToText(ExportModel):
         if stop_tokens is None:
             stop_tokens = list(self.defaults.stop_tokens)
         stop = check_stop_tokens(stop_tokens, vocab_size=self.vocab_size)
-        # The decoder's context is max_len positions, the start token included.
-        return rows, min(check_max_new_tokens(max_new_tokens), self.max_len), stop
+        return rows, seq2seq_budget(check_max_new_tokens(max_new_tokens), self.max_len), stop
 
     def _frame(self, texts: Sequence[str]) -> list[list[int]]:
         if isinstance(texts, Sequence) and not isinstance(texts, str | bytes):
