@@ -91,6 +91,20 @@ def test_stop_and_resume_under_two_processes_is_exact(tmp_path: Path, two_rank_g
     assert a.history == b.history
 
 
+def test_fsdp_trains_the_same_model_as_ddp_and_saves_a_full_state_dict(
+    tmp_path: Path, two_rank_gpt: Path
+) -> None:
+    out = tmp_path / "fsdp"
+    spec = _spec("gpt", out)
+    spec["options"]["fsdp"] = True
+    _torchrun(spec)
+    saved = load_checkpoint(out, with_training_state=True)  # loads into an unsharded model: a full state dict
+    assert saved.extra["train_options"]["fsdp"]
+    losses, weights = _compare(two_rank_gpt, out)
+    print(f"fsdp vs ddp (2 ranks): max loss difference {losses:.2e}, relative weights {weights:.2e}")
+    assert losses <= 1e-5 and weights <= 1e-4
+
+
 def test_the_cli_launches_torchrun_with_nproc(tmp_path: Path) -> None:
     out = tmp_path / "cli"
     sizes = ["--d-model", "32", "--n-layers", "1", "--n-heads", "2", "--d-ff", "64", "--max-len", "24"]
