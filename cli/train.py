@@ -202,11 +202,12 @@ def train_command(
     exactly with `--resume`."""
     with user_errors(ctx):
         from onnxformer.builder.training import train
-        from onnxformer.builder.training.distributed import launch_command, launched_world_size
+        from onnxformer.builder.training.distributed import Context, launch_command, launched_world_size
 
         options, changes = _options(ctx, family, model_config)
         if nproc > 1 and launched_world_size() == 1:
             options.validated()  # a bad option fails here, once, not in every process
+            Context(world_size=nproc).rows(batch_size)
             command = launch_command(nproc, "onnxformer.cli.train", _forwarded_args(ctx))
             raise typer.Exit(subprocess.run(command, check=False).returncode)
         target = out or Path("runs") / family

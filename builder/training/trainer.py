@@ -197,6 +197,7 @@ def train(
     options = (run.options if run else options).validated()
     ctx = context(options.device, fsdp=options.fsdp)
     try:
+        ctx.rows(options.batch_size)  # the batch must split evenly over the processes
         return _train(out, options, run, ctx, started, progress, report, stop_after)
     finally:
         ctx.close()
