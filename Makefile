@@ -63,7 +63,7 @@ bench: $(STAMP)
 # Regenerate the reference exports in exported/: train the tiny models with the defaults, export them.
 exported: $(STAMP)
 	for family in gpt bert t5; do \
-	  $(BIN)/onnxformer train $$family --out runs/$$family && \
+	  $(BIN)/onnxformer train $$family --out runs/$$family --overwrite && \
 	  $(BIN)/onnxformer export runs/$$family --out exported/$$family --overwrite || exit 1; \
 	done
 

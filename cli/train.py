@@ -5,7 +5,6 @@ Also runnable as `python -m onnxformer.cli.train FAMILY ...`, the entry torchrun
 """
 
 import contextlib
-import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -18,8 +17,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from onnxformer.cli.errors import user_errors
+from onnxformer.cli.outputs import check_checkpoint_out, parse_path
+from onnxformer.cli.printing import ResultConsole, echo_json
+from onnxformer.runtime.errors import ConfigError
 
-console = Console(highlight=False, soft_wrap=True)
+console = ResultConsole(highlight=False, soft_wrap=True)
 MODEL_OPTIONS = ("d_model", "n_layers", "n_heads", "d_ff", "max_len", "dropout")
 MODEL_CHOICES = ("position", "norm_position", "activation")
 # CLI parameters that are TrainOptions fields of the same name.
@@ -113,7 +115,8 @@ def train_command(
         str, typer.Argument(help="Model family to train (an unknown name lists the known ones).")
     ],
     out: Annotated[
-        Path | None, typer.Option("--out", help="Checkpoint folder (default: runs/FAMILY).")
+        Path | None,
+        typer.Option("--out", parser=parse_path, help="Checkpoint folder (default: runs/FAMILY)."),
     ] = None,
     preset: Annotated[str, typer.Option(help="Model size: tiny (minutes on a CPU) or small.")] = "tiny",
     steps: Annotated[
@@ -195,6 +198,9 @@ def train_command(
         bool,
         typer.Option("--resume", help="Continue the run saved in --out (to a new --steps, if given)."),
     ] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Start afresh over an earlier checkpoint in --out.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the final metrics as JSON.")] = False,
 ) -> None:
     """Train a model and save a checkpoint (weights as safetensors, config, tokenizer.json, training state
@@ -205,12 +211,16 @@ def train_command(
         from onnxformer.builder.training.distributed import Context, launch_command, launched_world_size
 
         options, changes = _options(ctx, family, model_config)
+        target = out or Path("runs") / family
+        if resume and overwrite:
+            raise ConfigError("--resume continues the run in --out and --overwrite replaces it; use one")
+        if not resume:
+            check_checkpoint_out(target, overwrite=overwrite)  # an earlier run is never lost silently
         if nproc > 1 and launched_world_size() == 1:
             options.validated()  # a bad option fails here, once, not in every process
             Context(world_size=nproc).rows(batch_size)
             command = launch_command(nproc, "onnxformer.cli.train", _forwarded_args(ctx))
             raise typer.Exit(subprocess.run(command, check=False).returncode)
-        target = out or Path("runs") / family
         with training_progress(family) as display:
             result = train(
                 target, options, resume=resume, changes=changes, progress=display, report=display.say
@@ -232,7 +242,7 @@ def _print_result(family: str, result: Any, *, as_json: bool) -> None:
             "warnings": result.warnings,
             "samples": result.samples,
         }
-        typer.echo(json.dumps(report, indent=2))
+        echo_json(report)
         return
     if result.already_complete:
         console.print(
