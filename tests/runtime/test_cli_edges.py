@@ -2,7 +2,6 @@
 checked before any work, piped output, and the commands that need an extra that is not installed.
 Runs without torch."""
 
-import hashlib
 import json
 import math
 import os
@@ -20,14 +19,6 @@ from onnxformer.cli.printing import echo_json, finite
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]
 EXPORTED = ROOT / "exported"
-
-
-def _digest(folder: Path) -> dict[str, str]:
-    return {
-        str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(folder.rglob("*"))
-        if path.is_file()
-    }
 
 
 def test_texts_from_a_file_and_from_stdin(tmp_path: Path) -> None:

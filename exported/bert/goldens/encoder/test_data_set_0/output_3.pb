@@ -1,1 +1,1 @@
-Bclass_logitsJ6V>^ßn¾
+Bclass_logitsJE|@^ü"À

@@ -1,1 +1,1 @@
-Bclass_logitsJ~¥D@ºkU¿Q«ÚΩØ•b>
+Bclass_logitsJß\t@&¡{¿Ÿ^@«à"¿

@@ -1,1 +1,1 @@
-Bclass_logitsJµ'@¢¬5ÀJ@Pÿ'À
+Bclass_logitsJ…þd@ª"oÀ|¨T@›¦`À
