@@ -16,11 +16,10 @@ def test_readme_figures_match_the_exports() -> None:
 def test_figures_are_read_from_the_manifests() -> None:
     root = Path(figures.ROOT)
     block = figures.render()
-    for family in figures.METRICS:
-        manifest = json.loads((root / "exported" / family / "manifest.json").read_text())
-        assert f"{manifest['extra']['metrics']['parameters']:,}" in block
-    largest = max(
-        figures._largest_logit(json.loads((root / "exported" / f / "manifest.json").read_text()))
-        for f in figures.METRICS
-    )
+    exports = figures.reference_exports()
+    assert len(exports) >= 3
+    for name, manifest in exports.items():
+        assert manifest == json.loads((root / "exported" / name / "manifest.json").read_text())
+        assert f"| {name} |" in block and f"{manifest['extra']['metrics']['parameters']:,}" in block
+    largest = max(figures._largest_logit(manifest) for manifest in exports.values())
     assert 1.0 < largest < 1000.0 and f"|x| = {largest:.1f}" in block
