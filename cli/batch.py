@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 
 from onnxformer.cli.errors import user_errors
 from onnxformer.cli.options import Seed
+from onnxformer.cli.outputs import parse_path
 
 console = Console(stderr=True, highlight=False)
 
@@ -32,7 +33,9 @@ def batch_command(
     ctx: typer.Context,
     folder: Annotated[Path, typer.Argument(help="A model export folder (from `onnxformer export`).")],
     source: Annotated[Path, typer.Argument(help='JSONL input: one object per line, e.g. {"text": "..."}.')],
-    out: Annotated[Path, typer.Option("--out", help="JSONL output: each input line plus the result.")],
+    out: Annotated[
+        Path, typer.Option("--out", parser=parse_path, help="JSONL output: each input line plus the result.")
+    ],
     ray: Annotated[
         str | None,
         typer.Option(

@@ -7,6 +7,7 @@ import typer
 from rich.console import Console
 
 from onnxformer.cli.errors import user_errors
+from onnxformer.cli.outputs import parse_path
 
 console = Console(stderr=True, highlight=False)
 
@@ -54,7 +55,9 @@ def serve_command(
 def triton_command(
     ctx: typer.Context,
     folder: Annotated[Path, typer.Argument(help="A BERT or T5 export folder (from `onnxformer export`).")],
-    out: Annotated[Path, typer.Option("--out", help="The model repository folder to write.")],
+    out: Annotated[
+        Path, typer.Option("--out", parser=parse_path, help="The model repository folder to write.")
+    ],
     name: Annotated[str | None, typer.Option(help="Model name prefix (default: the folder's name).")] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing repository.")] = False,
 ) -> None:

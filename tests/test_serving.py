@@ -5,6 +5,7 @@ and every refused request is a 4xx whose JSON names the field."""
 import hashlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -207,6 +208,24 @@ def test_triton_repository_parses_as_a_model_config(tmp_path: Path, models: dict
     assert [o.name for o in session.get_outputs()] == [t.name for t in config.output]
     with pytest.raises(InputError, match="already exists; pass --overwrite"):
         write_repository(EXPORTED / family, tmp_path / "repo")
+
+
+def test_triton_replaces_only_a_repository(tmp_path: Path) -> None:
+    """--overwrite replaces an earlier Triton repository, never an export folder or a folder of yours."""
+    export = tmp_path / "bert-export"
+    shutil.copytree(EXPORTED / "bert", export)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    for target in (export, mine):
+        before = sorted(p.name for p in target.rglob("*"))
+        with pytest.raises(InputError, match="not a Triton model repository"):
+            write_repository(EXPORTED / "bert", target, overwrite=True)
+        assert sorted(p.name for p in target.rglob("*")) == before
+    repo = tmp_path / "repo"
+    write_repository(EXPORTED / "bert", repo)
+    (name,) = write_repository(EXPORTED / "bert", repo, name="again", overwrite=True)
+    assert [p.name for p in repo.iterdir()] == [name]
 
 
 def test_triton_refuses_a_decoder_only_export(tmp_path: Path) -> None:

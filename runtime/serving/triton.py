@@ -57,8 +57,14 @@ def write_repository(
 ) -> list[str]:
     """Write the model repository for the folder's encoder graphs into `out`; returns the model names.
 
-    `out` appears whole or not at all; an existing `out` is replaced only with `overwrite`."""
+    `out` appears whole or not at all; an existing `out` is replaced only with `overwrite`, and only if it
+    is a Triton model repository (each entry a model folder with its config.pbtxt): nothing else is lost."""
     out = Path(out)
+    if out.exists() and not _is_repository(out):
+        raise InputError(
+            f"refusing to replace {out}: it is not a Triton model repository (a folder whose entries are "
+            "model folders with config.pbtxt); choose another --out"
+        )
     if out.exists() and not overwrite:
         raise InputError(f"{out} already exists; pass --overwrite to replace it, or choose another --out")
     model = load(folder, device="cpu", threads=1)
@@ -90,6 +96,13 @@ def write_repository(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return names
+
+
+def _is_repository(path: Path) -> bool:
+    if path.is_symlink() or not path.is_dir():
+        return False
+    entries = list(path.iterdir())
+    return all(entry.is_dir() and (entry / "config.pbtxt").is_file() for entry in entries)
 
 
 def _swap_in(staging: Path, out: Path) -> None:
