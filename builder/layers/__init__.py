@@ -15,9 +15,11 @@ from onnxformer.builder.layers.blocks import (
 )
 from onnxformer.builder.layers.feedforward import ACTIVATIONS, Activation, FeedForward
 from onnxformer.builder.layers.masks import causal_mask, padding_mask
+from onnxformer.builder.layers.norms import NORMS, NormKind, RMSNorm, make_norm
 from onnxformer.builder.layers.positions import (
     LearnedPositionalEmbedding,
     RelativePositionBias,
+    RopeScalingOptions,
     RotaryEmbedding,
     SinusoidalPositionalEncoding,
     default_positions,
@@ -27,6 +29,7 @@ from onnxformer.builder.layers.stacks import DecoderStack, EncoderStack, StackIn
 
 __all__ = [
     "ACTIVATIONS",
+    "NORMS",
     "NORM_POSITIONS",
     "Activation",
     "AttentionOutput",
@@ -39,15 +42,19 @@ __all__ = [
     "FeedForward",
     "LearnedPositionalEmbedding",
     "MultiHeadAttention",
+    "NormKind",
     "NormPosition",
+    "RMSNorm",
     "RelativePositionBias",
     "ResidualNorm",
+    "RopeScalingOptions",
     "RotaryEmbedding",
     "ScaledDotProductAttention",
     "SinusoidalPositionalEncoding",
     "StackInputs",
     "causal_mask",
     "default_positions",
+    "make_norm",
     "padding_mask",
     "scaled_dot_product_attention",
 ]

@@ -4,6 +4,11 @@
 
 The 1/sqrt(d_k) factor keeps the logits' variance near 1 whatever the head width: without it, dot products
 of d_k-wide vectors grow like sqrt(d_k) and push softmax into regions with vanishing gradients (3.2.1).
+`scale` overrides it: T5 uses 1.0 (its initialisation folds the factor into the query weights).
+
+Grouped-query attention (Ainslie et al., 2023; multi-query when n_kv_heads = 1, Shazeer, 2019): the keys
+and values have n_kv_heads < H heads, each shared by H / n_kv_heads query heads; the KV cache keeps only
+the n_kv_heads heads, which is the point (a smaller cache), and they are repeated to H for the product.
 
 Masked logits are filled with the dtype's most negative finite value rather than -inf, and the weights are
 zeroed on masked keys after the softmax. So a row whose keys are all masked (a batch row made only of
@@ -16,15 +21,22 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from onnxformer.builder.layers.checks import check_dropout, check_heads, check_same, check_tensor
+from onnxformer.builder.layers.checks import (
+    check_dropout,
+    check_heads,
+    check_kv_heads,
+    check_positive,
+    check_same,
+    check_tensor,
+)
 from onnxformer.builder.layers.masks import causal_mask, combine, padding_mask
-from onnxformer.builder.layers.positions import RotaryEmbedding, default_positions
+from onnxformer.builder.layers.positions import RopeScalingOptions, RotaryEmbedding, default_positions
 from onnxformer.runtime.errors import InputError
 
 
 class AttentionOutput(NamedTuple):
     output: torch.Tensor  # (B, T, D) for multi-head attention, (B, H, T, Dh) for the bare product
-    present_key: torch.Tensor | None  # (B, H, P + T, Dh) self-attention / (B, H, S, Dh) cross-attention
+    present_key: torch.Tensor | None  # (B, Hkv, P + T, Dh) self-attention / (B, Hkv, S, Dh) cross
     present_value: torch.Tensor | None  # same shape as present_key
     weights: torch.Tensor | None  # (B, H, T, S) when need_weights, else None
 
@@ -37,9 +49,11 @@ def scaled_dot_product_attention(
     mask: torch.Tensor | None = None,  # bool, broadcastable to (B, H, T, S), True = may attend
     bias: torch.Tensor | None = None,  # float, broadcastable to (B, H, T, S), added to the logits
     dropout: nn.Module | None = None,
+    scale: float | None = None,  # None = 1 / sqrt(Dh)
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Return (output (B, H, T, Dh), weights (B, H, T, S)); weights rows sum to 1 over unmasked keys."""
-    scale = 1.0 / math.sqrt(query.shape[-1])
+    if scale is None:
+        scale = 1.0 / math.sqrt(query.shape[-1])
     logits = torch.matmul(query, key.transpose(-2, -1)) * scale  # (B, H, T, S)
     if bias is not None:
         logits = logits + bias  # (B, H, T, S)
@@ -101,34 +115,58 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
         rotary: bool = False,
         rotary_base: float = 10000.0,
+        rope_scaling: RopeScalingOptions | None = None,
+        n_kv_heads: int | None = None,
+        head_dim: int | None = None,
+        scale: float | None = None,
     ) -> None:
         super().__init__()
-        self.head_dim = check_heads(d_model, n_heads)
+        if head_dim is None:
+            head_dim = check_heads(d_model, n_heads)
+        else:
+            check_positive(d_model=d_model, n_heads=n_heads, head_dim=head_dim)
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        check_kv_heads(n_heads, n_kv_heads)
+        if scale is not None:
+            check_positive(scale=scale)
         check_dropout(dropout)
         self.d_model = d_model
         self.n_heads = n_heads
-        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.n_kv_heads = n_kv_heads
+        self.head_dim = head_dim
+        self.scale = scale
+        inner, kv_inner = n_heads * head_dim, n_kv_heads * head_dim
+        self.q_proj = nn.Linear(d_model, inner, bias=bias)
+        self.k_proj = nn.Linear(d_model, kv_inner, bias=bias)
+        self.v_proj = nn.Linear(d_model, kv_inner, bias=bias)
+        self.out_proj = nn.Linear(inner, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
-        self.rotary = RotaryEmbedding(self.head_dim, base=rotary_base) if rotary else None
+        self.rotary = RotaryEmbedding(head_dim, base=rotary_base, scaling=rope_scaling) if rotary else None
 
-    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
+    def _split_heads(self, x: torch.Tensor, heads: int) -> torch.Tensor:
         batch, length, _ = x.shape
-        return x.view(batch, length, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, L, Dh)
+        return x.view(batch, length, heads, self.head_dim).transpose(1, 2)  # (B, heads, L, Dh)
+
+    def _repeat_kv(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, Hkv, S, Dh) -> (B, H, S, Dh): kv head j serves query heads j*g .. j*g + g - 1, g = H / Hkv."""
+        group = self.n_heads // self.n_kv_heads
+        if group == 1:
+            return x
+        batch, _, length, width = x.shape
+        expanded = x[:, :, None].expand(batch, self.n_kv_heads, group, length, width)  # (B, Hkv, g, S, Dh)
+        return expanded.reshape(batch, self.n_heads, length, width)  # (B, H, S, Dh)
 
     def forward(
         self,
         x: torch.Tensor,  # (B, T, D)
         *,
         memory: torch.Tensor | None = None,  # (B, S, D) for cross-attention
-        memory_key: torch.Tensor | None = None,  # (B, H, S, Dh) cross-attention keys from project_memory
-        memory_value: torch.Tensor | None = None,  # (B, H, S, Dh)
+        memory_key: torch.Tensor | None = None,  # (B, Hkv, S, Dh) cross-attention keys from project_memory
+        memory_value: torch.Tensor | None = None,  # (B, Hkv, S, Dh)
         attention_mask: torch.Tensor | None = None,  # (B, S): keys; self-attention S = P + T
         causal: bool = False,
-        past_key: torch.Tensor | None = None,  # (B, H, P, Dh)
-        past_value: torch.Tensor | None = None,  # (B, H, P, Dh)
+        past_key: torch.Tensor | None = None,  # (B, Hkv, P, Dh)
+        past_value: torch.Tensor | None = None,  # (B, Hkv, P, Dh)
         position_bias: torch.Tensor | None = None,  # broadcastable to (B, H, T, S)
         positions: torch.Tensor | None = None,  # (B, T) absolute query positions, for rotary
         need_weights: bool = False,
@@ -146,19 +184,19 @@ class MultiHeadAttention(nn.Module):
                 "cross-attention takes neither causal=True nor past_key/past_value: the memory is "
                 "seen whole; cache its projections with project_memory() instead"
             )
-        query = self._split_heads(self.q_proj(x))  # (B, H, T, Dh)
+        query = self._split_heads(self.q_proj(x), self.n_heads)  # (B, H, T, Dh)
         if memory_key is not None:
-            shape = {0: x.shape[0], 1: self.n_heads, 3: self.head_dim}
+            shape = {0: x.shape[0], 1: self.n_kv_heads, 3: self.head_dim}
             check_tensor(memory_key, "memory_key", dims=("B", "H", "S", "Dh"), sizes=shape)
             check_tensor(memory_value, "memory_value", dims=("B", "H", "S", "Dh"), sizes=shape)
-            key, value = memory_key, memory_value  # (B, H, S, Dh)
+            key, value = memory_key, memory_value  # (B, Hkv, S, Dh)
         else:
             if memory is not None:
                 check_tensor(memory, "memory", dims=("B", "S", "D"), sizes={2: self.d_model})
                 check_same(memory.shape[0], x.shape[0], "memory batch must equal x batch")
             source = memory if memory is not None else x
-            key = self._split_heads(self.k_proj(source))  # (B, H, T or S, Dh)
-            value = self._split_heads(self.v_proj(source))  # (B, H, T or S, Dh)
+            key = self._split_heads(self.k_proj(source), self.n_kv_heads)  # (B, Hkv, T or S, Dh)
+            value = self._split_heads(self.v_proj(source), self.n_kv_heads)  # (B, Hkv, T or S, Dh)
         past_length = 0 if past_key is None else past_key.shape[2]
         if self.rotary is not None and not cross:
             if positions is None:
@@ -167,25 +205,32 @@ class MultiHeadAttention(nn.Module):
                 )  # (B, T)
             check_tensor(positions, "positions", dims=("B", "T"), sizes={0: x.shape[0], 1: x.shape[1]})
             query = self.rotary(query, positions)  # (B, H, T, Dh)
-            key = self.rotary(key, positions)  # (B, H, T, Dh)
+            key = self.rotary(key, positions)  # (B, Hkv, T, Dh)
         if past_key is not None:
-            shape = (x.shape[0], self.n_heads, past_length, self.head_dim)
-            check_tensor(past_key, "past_key", dims=("B", "H", "P", "Dh"), sizes=dict(enumerate(shape)))
-            check_tensor(past_value, "past_value", dims=("B", "H", "P", "Dh"), sizes=dict(enumerate(shape)))
-            key = torch.cat([past_key, key], dim=2)  # (B, H, P + T, Dh)
-            value = torch.cat([past_value, value], dim=2)  # (B, H, P + T, Dh)
+            shape = dict(enumerate((x.shape[0], self.n_kv_heads, past_length, self.head_dim)))
+            check_tensor(past_key, "past_key", dims=("B", "H", "P", "Dh"), sizes=shape)
+            check_tensor(past_value, "past_value", dims=("B", "H", "P", "Dh"), sizes=shape)
+            key = torch.cat([past_key, key], dim=2)  # (B, Hkv, P + T, Dh)
+            value = torch.cat([past_value, value], dim=2)  # (B, Hkv, P + T, Dh)
         mask = _build_mask(attention_mask, causal, x.shape[0], x.shape[1], key.shape[2], x.device)
         heads, weights = scaled_dot_product_attention(
-            query, key, value, mask=mask, bias=position_bias, dropout=self.dropout
+            query,
+            self._repeat_kv(key),  # (B, H, S, Dh)
+            self._repeat_kv(value),  # (B, H, S, Dh)
+            mask=mask,
+            bias=position_bias,
+            dropout=self.dropout,
+            scale=self.scale,
         )  # (B, H, T, Dh), (B, H, T, S)
         batch, length = x.shape[0], x.shape[1]
-        concat = heads.transpose(1, 2).reshape(batch, length, self.d_model)  # (B, T, D)
+        concat = heads.transpose(1, 2).reshape(batch, length, self.n_heads * self.head_dim)  # (B, T, H Dh)
         return AttentionOutput(self.out_proj(concat), key, value, weights if need_weights else None)
 
     def project_memory(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """memory (B, S, D) -> the cross-attention keys and values (B, H, S, Dh), computed once per input."""
+        """memory (B, S, D) -> the cross-attention keys and values (B, Hkv, S, Dh), once per input."""
         check_tensor(memory, "memory", dims=("B", "S", "D"), sizes={2: self.d_model})
-        return self._split_heads(self.k_proj(memory)), self._split_heads(self.v_proj(memory))
+        key = self._split_heads(self.k_proj(memory), self.n_kv_heads)  # (B, Hkv, S, Dh)
+        return key, self._split_heads(self.v_proj(memory), self.n_kv_heads)  # (B, Hkv, S, Dh) each
 
 
 def _build_mask(

@@ -1,4 +1,4 @@
-"""Encoder and decoder blocks: attention and feed-forward sublayers, each wrapped in residual + LayerNorm.
+"""Encoder and decoder blocks: attention and feed-forward sublayers, each wrapped in residual + norm.
 
     Encoder block                         Decoder block
     x ──┬──────────────┐                  x ──┬─────────────────────┐
@@ -16,7 +16,8 @@
                                               └──► + ◄──────────────┘
                                                     [LN] post
 
-Blocks map (B, T, D) to (B, T, D), so they stack. Positional information enters either before the stack
+[LN] is LayerNorm or RMSNorm (`norm=`, with the checkpoint's `eps=`). Blocks map (B, T, D) to (B, T, D), so
+they stack. Positional information enters either before the stack
 (sinusoidal/learned, added to the embeddings by the family), as `position_bias` on the self-attention
 logits (T5 relative bias, computed once per stack and shared), or as `rotary=True` inside self-attention.
 """
@@ -29,6 +30,8 @@ from torch import nn
 from onnxformer.builder.layers.attention import MultiHeadAttention
 from onnxformer.builder.layers.checks import check_tensor
 from onnxformer.builder.layers.feedforward import Activation, FeedForward
+from onnxformer.builder.layers.norms import NormKind
+from onnxformer.builder.layers.positions import RopeScalingOptions
 from onnxformer.builder.layers.residual import NormPosition, ResidualNorm
 from onnxformer.runtime.errors import InputError
 
@@ -40,8 +43,8 @@ class EncoderBlockOutput(NamedTuple):
 
 class DecoderBlockOutput(NamedTuple):
     hidden: torch.Tensor  # (B, T, D)
-    present_key: torch.Tensor  # (B, H, P + T, Dh) self-attention cache to feed back as past_key
-    present_value: torch.Tensor  # (B, H, P + T, Dh)
+    present_key: torch.Tensor  # (B, Hkv, P + T, Dh) self-attention cache to feed back as past_key
+    present_value: torch.Tensor  # (B, Hkv, P + T, Dh)
     self_weights: torch.Tensor | None  # (B, H, T, P + T) when need_weights
     cross_weights: torch.Tensor | None  # (B, H, T, S) when need_weights and cross-attention
 
@@ -57,14 +60,33 @@ class EncoderBlock(nn.Module):
         activation: Activation = "gelu",
         dropout: float = 0.0,
         rotary: bool = False,
-        bias: bool = True,
         eps: float = 1e-5,
+        norm: NormKind = "layer",
+        gated: bool = False,
+        attention_bias: bool = True,
+        ffn_bias: bool = True,
+        n_kv_heads: int | None = None,
+        head_dim: int | None = None,
+        scale: float | None = None,
+        rotary_base: float = 10000.0,
+        rope_scaling: RopeScalingOptions | None = None,
     ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias, rotary=rotary)
-        self.self_attn_residual = ResidualNorm(d_model, norm_position=norm_position, dropout=dropout, eps=eps)
-        self.ffn = FeedForward(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
-        self.ffn_residual = ResidualNorm(d_model, norm_position=norm_position, dropout=dropout, eps=eps)
+        residual = {"norm_position": norm_position, "dropout": dropout, "eps": eps, "norm": norm}
+        attention = {
+            "dropout": dropout,
+            "bias": attention_bias,
+            "n_kv_heads": n_kv_heads,
+            "head_dim": head_dim,
+            "scale": scale,
+        }
+        rope = {"rotary": rotary, "rotary_base": rotary_base, "rope_scaling": rope_scaling}
+        self.self_attn = MultiHeadAttention(d_model, n_heads, **attention, **rope)
+        self.self_attn_residual = ResidualNorm(d_model, **residual)
+        self.ffn = FeedForward(
+            d_model, d_ff, activation=activation, dropout=dropout, bias=ffn_bias, gated=gated
+        )
+        self.ffn_residual = ResidualNorm(d_model, **residual)
         self.d_model = d_model
 
     def forward(
@@ -101,22 +123,35 @@ class DecoderBlock(nn.Module):
         activation: Activation = "gelu",
         dropout: float = 0.0,
         rotary: bool = False,
-        bias: bool = True,
         eps: float = 1e-5,
+        norm: NormKind = "layer",
+        gated: bool = False,
+        attention_bias: bool = True,
+        ffn_bias: bool = True,
+        n_kv_heads: int | None = None,
+        head_dim: int | None = None,
+        scale: float | None = None,
+        rotary_base: float = 10000.0,
+        rope_scaling: RopeScalingOptions | None = None,
     ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias, rotary=rotary)
-        self.self_attn_residual = ResidualNorm(d_model, norm_position=norm_position, dropout=dropout, eps=eps)
-        self.cross_attn = (
-            MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias) if cross_attention else None
+        residual = {"norm_position": norm_position, "dropout": dropout, "eps": eps, "norm": norm}
+        attention = {
+            "dropout": dropout,
+            "bias": attention_bias,
+            "n_kv_heads": n_kv_heads,
+            "head_dim": head_dim,
+            "scale": scale,
+        }
+        rope = {"rotary": rotary, "rotary_base": rotary_base, "rope_scaling": rope_scaling}
+        self.self_attn = MultiHeadAttention(d_model, n_heads, **attention, **rope)
+        self.self_attn_residual = ResidualNorm(d_model, **residual)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, **attention) if cross_attention else None
+        self.cross_attn_residual = ResidualNorm(d_model, **residual) if cross_attention else None
+        self.ffn = FeedForward(
+            d_model, d_ff, activation=activation, dropout=dropout, bias=ffn_bias, gated=gated
         )
-        self.cross_attn_residual = (
-            ResidualNorm(d_model, norm_position=norm_position, dropout=dropout, eps=eps)
-            if cross_attention
-            else None
-        )
-        self.ffn = FeedForward(d_model, d_ff, activation=activation, dropout=dropout, bias=bias)
-        self.ffn_residual = ResidualNorm(d_model, norm_position=norm_position, dropout=dropout, eps=eps)
+        self.ffn_residual = ResidualNorm(d_model, **residual)
         self.d_model = d_model
 
     def forward(

@@ -67,3 +67,15 @@ def check_positive(**values: float) -> None:
 def check_dropout(p: float) -> None:
     if not 0.0 <= p < 1.0:
         raise ConfigError(f"dropout must be in [0, 1), got {p}")
+
+
+def check_kv_heads(n_heads: int, n_kv_heads: int) -> None:
+    """Raise `ConfigError` unless n_kv_heads is positive and divides n_heads (grouped-query attention)."""
+    if n_kv_heads <= 0:
+        raise ConfigError(f"n_kv_heads must be positive, got {n_kv_heads}; use n_kv_heads=n_heads for MHA")
+    if n_heads % n_kv_heads:
+        divisors = [h for h in range(1, n_heads + 1) if n_heads % h == 0]
+        raise ConfigError(
+            f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}: every key/value head serves "
+            f"the same number of query heads; choose n_kv_heads from {divisors}"
+        )

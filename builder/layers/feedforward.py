@@ -3,6 +3,11 @@
 The same two-layer MLP is applied to every position independently; it widens to F (usually 4 D) and back.
 GELU defaults to the exact erf form (Hendrycks & Gimpel, 2016) rather than the tanh approximation: it is
 what BERT's reference defines, and it exports as a single Erf so PyTorch and ONNX agree to fp32 rounding.
+"gelu_tanh" is the tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) that GPT-2
+(gelu_new) and T5 v1.1 were trained with; "silu" is x * sigmoid(x) (Llama).
+
+Gated (Shazeer, 2020, "GLU Variants Improve Transformer"): FFN(x) = W_down (act(W_gate x) * W_up x), three
+projections instead of two. SwiGLU = gated silu (Llama), GEGLU = gated gelu_tanh (T5 v1.1).
 """
 
 from typing import Literal
@@ -13,8 +18,8 @@ from torch import nn
 from onnxformer.builder.layers.checks import check_dropout, check_positive, check_tensor
 from onnxformer.runtime.errors import ConfigError
 
-Activation = Literal["relu", "gelu"]
-ACTIVATIONS: tuple[Activation, ...] = ("relu", "gelu")
+Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
+ACTIVATIONS: tuple[Activation, ...] = ("relu", "gelu", "gelu_tanh", "silu")
 
 
 def make_activation(name: Activation) -> nn.Module:
@@ -22,10 +27,16 @@ def make_activation(name: Activation) -> nn.Module:
         return nn.ReLU()
     if name == "gelu":
         return nn.GELU(approximate="none")
+    if name == "gelu_tanh":
+        return nn.GELU(approximate="tanh")
+    if name == "silu":
+        return nn.SiLU()
     raise ConfigError(f"activation must be one of {ACTIVATIONS}, got {name!r}")
 
 
 class FeedForward(nn.Module):
+    """up -> act -> down, or with `gated=True` down(act(gate(x)) * up(x)); `bias=False` has no biases."""
+
     def __init__(
         self,
         d_model: int,
@@ -34,11 +45,13 @@ class FeedForward(nn.Module):
         activation: Activation = "gelu",
         dropout: float = 0.0,
         bias: bool = True,
+        gated: bool = False,
     ) -> None:
         super().__init__()
         check_positive(d_model=d_model, d_ff=d_ff)
         check_dropout(dropout)
         self.d_model = d_model
+        self.gate = nn.Linear(d_model, d_ff, bias=bias) if gated else None
         self.up = nn.Linear(d_model, d_ff, bias=bias)
         self.activation = make_activation(activation)
         self.dropout = nn.Dropout(dropout)
@@ -47,5 +60,8 @@ class FeedForward(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, T, D) -> (B, T, D)."""
         check_tensor(x, "x", dims=("B", "T", "D"), sizes={2: self.d_model})
-        hidden = self.dropout(self.activation(self.up(x)))  # (B, T, F)
-        return self.down(hidden)  # (B, T, D)
+        if self.gate is None:
+            hidden = self.activation(self.up(x))  # (B, T, F)
+        else:
+            hidden = self.activation(self.gate(x)) * self.up(x)  # (B, T, F)
+        return self.down(self.dropout(hidden))  # (B, T, D)

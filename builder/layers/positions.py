@@ -16,6 +16,8 @@ its positions at its first real token, and a cached step can continue at P.
 """
 
 import math
+from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import nn
@@ -127,15 +129,75 @@ class RelativePositionBias(nn.Module):
         return values.permute(2, 0, 1)[None]  # (1, H, T, S)
 
 
-class RotaryEmbedding(nn.Module):
-    """Rotates feature pairs (i, i + Dh/2) of queries or keys by angle position * base^(-2i/Dh)."""
+RopeScaling = Literal["none", "linear", "llama3"]
+ROPE_SCALINGS: tuple[RopeScaling, ...] = ("none", "linear", "llama3")
 
-    def __init__(self, head_dim: int, *, base: float = 10000.0) -> None:
+
+@dataclass(frozen=True)
+class RopeScalingOptions:
+    """A checkpoint's rope_scaling: "linear" divides positions by `factor` (Chen et al., 2023, position
+    interpolation); "llama3" divides only the low frequencies by `factor`, keeps the high ones, and blends
+    between (Llama 3.1): wavelengths longer than original_max_position_embeddings / low_freq_factor are
+    scaled, shorter than original_max_position_embeddings / high_freq_factor kept."""
+
+    kind: RopeScaling = "none"
+    factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+    def __post_init__(self) -> None:
+        if self.kind not in ROPE_SCALINGS:
+            raise ConfigError(f"rope scaling must be one of {ROPE_SCALINGS}, got {self.kind!r}")
+        check_positive(
+            factor=self.factor, original_max_position_embeddings=self.original_max_position_embeddings
+        )
+        if self.kind == "llama3" and not 0 < self.low_freq_factor < self.high_freq_factor:
+            raise ConfigError(
+                f"llama3 rope scaling needs 0 < low_freq_factor < high_freq_factor, got "
+                f"low_freq_factor={self.low_freq_factor}, high_freq_factor={self.high_freq_factor}"
+            )
+
+
+def scaled_inv_freq(inv_freq: torch.Tensor, scaling: RopeScalingOptions) -> torch.Tensor:
+    """The rotary inverse frequencies (Dh/2,) after `scaling`."""
+    if scaling.kind == "linear":
+        return inv_freq / scaling.factor  # angle (p / factor) * f = p * (f / factor)
+    if scaling.kind == "none":
+        return inv_freq
+    context = scaling.original_max_position_embeddings
+    wavelength = 2 * math.pi / inv_freq  # (Dh/2,)
+    # 0 at the long-wavelength edge (fully scaled), 1 at the short one (kept); linear in context / wavelength.
+    smooth = (context / wavelength - scaling.low_freq_factor) / (
+        scaling.high_freq_factor - scaling.low_freq_factor
+    )
+    blended = (1 - smooth) * inv_freq / scaling.factor + smooth * inv_freq  # (Dh/2,)
+    long = wavelength > context / scaling.low_freq_factor
+    short = wavelength < context / scaling.high_freq_factor
+    return torch.where(long, inv_freq / scaling.factor, torch.where(short, inv_freq, blended))
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotates feature pairs (i, i + Dh/2) of queries or keys by angle position * base^(-2i/Dh).
+
+    `base` is the checkpoint's rope_theta (10000 in RoFormer and Llama 2, 500000 in Llama 3); `scaling`
+    stretches the frequencies for contexts longer than the model was trained on (see RopeScalingOptions).
+    """
+
+    def __init__(
+        self,
+        head_dim: int,
+        *,
+        base: float = 10000.0,
+        scaling: RopeScalingOptions | None = None,
+    ) -> None:
         super().__init__()
         check_positive(head_dim=head_dim, base=base)
         if head_dim % 2:
             raise ConfigError(f"rotary embedding needs an even head width, got {head_dim}")
         inv_freq = base ** (-torch.arange(0, head_dim, 2).float() / head_dim)  # (Dh/2,)
+        if scaling is not None:
+            inv_freq = scaled_inv_freq(inv_freq, scaling)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

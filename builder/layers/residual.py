@@ -1,4 +1,5 @@
-"""Residual connection with LayerNorm, placed before (pre-LN) or after (post-LN) the sublayer.
+"""Residual connection with a norm (LayerNorm, or RMSNorm: see norms.py), placed before (pre-LN) or
+after (post-LN) the sublayer.
 
     post-LN (Vaswani et al., 2017; BERT):   x = LayerNorm(x + Dropout(Sublayer(x)))
     pre-LN  (GPT-2, T5; Xiong et al., 2020): x = x + Dropout(Sublayer(LayerNorm(x)))
@@ -16,6 +17,7 @@ import torch
 from torch import nn
 
 from onnxformer.builder.layers.checks import check_dropout, check_positive
+from onnxformer.builder.layers.norms import NormKind, make_norm
 from onnxformer.runtime.errors import ConfigError
 
 NormPosition = Literal["pre", "post"]
@@ -30,6 +32,7 @@ class ResidualNorm(nn.Module):
         norm_position: NormPosition = "pre",
         dropout: float = 0.0,
         eps: float = 1e-5,
+        norm: NormKind = "layer",
     ) -> None:
         super().__init__()
         check_positive(d_model=d_model, eps=eps)
@@ -37,7 +40,7 @@ class ResidualNorm(nn.Module):
         if norm_position not in NORM_POSITIONS:
             raise ConfigError(f"norm_position must be one of {NORM_POSITIONS}, got {norm_position!r}")
         self.norm_position = norm_position
-        self.norm = nn.LayerNorm(d_model, eps=eps)
+        self.norm = make_norm(norm, d_model, eps=eps)
         self.dropout = nn.Dropout(dropout)
 
     def before(self, x: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,7 @@ starts at 0 as it would alone). The embeddings use those positions for the absol
 uses them for rotary ones.
 
 Post-LN blocks end normalised already; pre-LN leaves the residual stream un-normalised, so a pre-LN stack
-ends with one more LayerNorm (GPT-2, Radford et al., 2019, 2.3; Xiong et al., 2020).
+ends with one more norm (GPT-2, Radford et al., 2019, 2.3; Xiong et al., 2020).
 """
 
 from typing import NamedTuple
@@ -24,11 +24,12 @@ from onnxformer.builder.layers.blocks import DecoderBlock, EncoderBlock
 from onnxformer.builder.layers.checks import check_tensor
 from onnxformer.builder.layers.embedding import PositionKind, positions_from_mask
 from onnxformer.builder.layers.feedforward import Activation
-from onnxformer.builder.layers.positions import RelativePositionBias
+from onnxformer.builder.layers.norms import NormKind, make_norm
+from onnxformer.builder.layers.positions import RelativePositionBias, RopeScalingOptions
 from onnxformer.builder.layers.residual import NormPosition
 from onnxformer.runtime.errors import InputError
 
-KeyValue = tuple[torch.Tensor, torch.Tensor]  # (B, H, L, Dh) each
+KeyValue = tuple[torch.Tensor, torch.Tensor]  # (B, Hkv, L, Dh) each
 
 
 class StackInputs(NamedTuple):
@@ -49,8 +50,8 @@ class DecoderStackOutput(NamedTuple):
     cross_attentions: tuple[torch.Tensor, ...]  # per layer (B, H, T, S) when need_weights and cross
 
 
-def _final_norm(d_model: int, norm_position: NormPosition) -> nn.Module:
-    return nn.LayerNorm(d_model) if norm_position == "pre" else nn.Identity()
+def _final_norm(d_model: int, norm_position: NormPosition, norm: NormKind, eps: float) -> nn.Module:
+    return make_norm(norm, d_model, eps=eps) if norm_position == "pre" else nn.Identity()
 
 
 def _relative(
@@ -79,8 +80,30 @@ class EncoderStack(nn.Module):
         dropout: float = 0.0,
         num_buckets: int = 32,
         max_distance: int = 128,
+        eps: float = 1e-5,
+        norm: NormKind = "layer",
+        gated: bool = False,
+        attention_bias: bool = True,
+        ffn_bias: bool = True,
+        n_kv_heads: int | None = None,
+        head_dim: int | None = None,
+        scale: float | None = None,
+        rotary_base: float = 10000.0,
+        rope_scaling: RopeScalingOptions | None = None,
     ) -> None:
         super().__init__()
+        options = {
+            "eps": eps,
+            "norm": norm,
+            "gated": gated,
+            "attention_bias": attention_bias,
+            "ffn_bias": ffn_bias,
+            "n_kv_heads": n_kv_heads,
+            "head_dim": head_dim,
+            "scale": scale,
+            "rotary_base": rotary_base,
+            "rope_scaling": rope_scaling,
+        }
         self.relative = _relative(
             position, n_heads, bidirectional=True, num_buckets=num_buckets, max_distance=max_distance
         )
@@ -93,10 +116,11 @@ class EncoderStack(nn.Module):
                 activation=activation,
                 dropout=dropout,
                 rotary=position == "rotary",
+                **options,
             )
             for _ in range(n_layers)
         )
-        self.norm = _final_norm(d_model, norm_position)
+        self.norm = _final_norm(d_model, norm_position, norm, eps)
 
     def prepare(
         self,
@@ -153,8 +177,30 @@ class DecoderStack(nn.Module):
         dropout: float = 0.0,
         num_buckets: int = 32,
         max_distance: int = 128,
+        eps: float = 1e-5,
+        norm: NormKind = "layer",
+        gated: bool = False,
+        attention_bias: bool = True,
+        ffn_bias: bool = True,
+        n_kv_heads: int | None = None,
+        head_dim: int | None = None,
+        scale: float | None = None,
+        rotary_base: float = 10000.0,
+        rope_scaling: RopeScalingOptions | None = None,
     ) -> None:
         super().__init__()
+        options = {
+            "eps": eps,
+            "norm": norm,
+            "gated": gated,
+            "attention_bias": attention_bias,
+            "ffn_bias": ffn_bias,
+            "n_kv_heads": n_kv_heads,
+            "head_dim": head_dim,
+            "scale": scale,
+            "rotary_base": rotary_base,
+            "rope_scaling": rope_scaling,
+        }
         self.relative = _relative(
             position, n_heads, bidirectional=False, num_buckets=num_buckets, max_distance=max_distance
         )
@@ -168,10 +214,11 @@ class DecoderStack(nn.Module):
                 activation=activation,
                 dropout=dropout,
                 rotary=position == "rotary",
+                **options,
             )
             for _ in range(n_layers)
         )
-        self.norm = _final_norm(d_model, norm_position)
+        self.norm = _final_norm(d_model, norm_position, norm, eps)
 
     def _check_layers(self, what: str, values: tuple | None) -> None:
         if values is not None and len(values) != len(self.blocks):

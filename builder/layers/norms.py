@@ -1,0 +1,44 @@
+"""Normalisation layers: LayerNorm (Ba et al., 2016) or RMSNorm (Zhang & Sennrich, 2019).
+
+    LayerNorm(x) = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias     (BERT, GPT-2, our defaults)
+    RMSNorm(x)   = x / sqrt(mean(x^2) + eps) * weight                      (T5, Llama: no mean, no bias)
+
+RMSNorm drops the re-centring and the bias: it is cheaper and trains as well. As T5 and Llama do, the mean
+square is taken in fp32 whatever the input dtype, so half-precision inputs do not overflow in x^2.
+The epsilon is a parameter everywhere: checkpoints differ (BERT 1e-12, T5 and Llama 1e-6).
+"""
+
+from typing import Literal
+
+import torch
+from torch import nn
+
+from onnxformer.builder.layers.checks import check_positive
+from onnxformer.runtime.errors import ConfigError
+
+NormKind = Literal["layer", "rms"]
+NORMS: tuple[NormKind, ...] = ("layer", "rms")
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d_model: int, *, eps: float = 1e-6) -> None:
+        super().__init__()
+        check_positive(d_model=d_model, eps=eps)
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., D) -> (..., D)."""
+        wide = x.float()  # (..., D)
+        scaled = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)  # (..., D)
+        return self.weight * scaled.to(x.dtype)
+
+
+def make_norm(kind: NormKind, d_model: int, *, eps: float = 1e-5) -> nn.Module:
+    """The norm of `kind` over the last axis of width d_model."""
+    if kind == "layer":
+        check_positive(d_model=d_model, eps=eps)
+        return nn.LayerNorm(d_model, eps=eps)
+    if kind == "rms":
+        return RMSNorm(d_model, eps=eps)
+    raise ConfigError(f"norm must be one of {NORMS}, got {kind!r}")
