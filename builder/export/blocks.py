@@ -21,6 +21,7 @@ from onnxformer.builder.export.graph import DEFAULT_OPSET, check_opset
 from onnxformer.builder.export.parity import DEFAULT_TOLERANCE
 from onnxformer.builder.export.pipeline import Exported, GraphSpec, export_one
 from onnxformer.builder.export.samples import TRACE_CASE, block_cases, dim_names, make_inputs, parity_cases
+from onnxformer.builder.layers import RMSNorm
 from onnxformer.builder.versions import tool_versions
 from onnxformer.runtime.errors import ExportError
 from onnxformer.runtime.manifest import FileEntry, Goldens, Manifest
@@ -140,10 +141,12 @@ def export_blocks(
 
 
 def _randomise_norms(module: torch.nn.Module, seed: int) -> None:
-    """LayerNorm starts as the identity (weight 1, bias 0); perturb it so parity sees a real affine map."""
+    """Norms start as the identity (weight 1, bias 0); perturb them so parity sees a real affine map."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for sub in module.modules():
             if isinstance(sub, torch.nn.LayerNorm):
                 sub.weight.copy_(1 + 0.1 * torch.randn(sub.weight.shape, generator=generator))
                 sub.bias.copy_(0.1 * torch.randn(sub.bias.shape, generator=generator))
+            elif isinstance(sub, RMSNorm):
+                sub.weight.copy_(1 + 0.1 * torch.randn(sub.weight.shape, generator=generator))

@@ -2,7 +2,10 @@
 
 Options are varied one at a time from a base configuration, so each value of each option (pre/post-LN,
 ReLU/GELU, every positional encoding, causal or not, with and without cross-attention, with and without
-past key/values) is exported and proven at least once, without the full cross product.
+past key/values) is exported and proven at least once, without the full cross product. The options of
+today's architectures (RMSNorm, tanh-GELU, SiLU, gated FFNs, no biases, grouped-query and multi-query
+attention, a free head width, T5's unit scale, rope base and scaling) each have their own block too, and
+one Llama-style decoder block combines them.
 
 Dimension names are the symbolic axes of the exported graphs:
 batch (B), sequence (T), past_sequence (P), total_sequence (P + T), memory_sequence (S).
@@ -23,6 +26,8 @@ from onnxformer.builder.layers import (
     MultiHeadAttention,
     RelativePositionBias,
     ResidualNorm,
+    RMSNorm,
+    RopeScalingOptions,
     RotaryEmbedding,
     SinusoidalPositionalEncoding,
 )
@@ -306,6 +311,177 @@ def _sublayer_specs() -> list[BlockSpec]:
     return specs
 
 
+GQA_HEADS = BlockDims().n_heads // 2  # key/value heads of the grouped-query blocks
+FREE_HEAD_DIM = 8  # a head width != d_model / n_heads
+LLAMA3_SCALING = RopeScalingOptions(
+    "llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=64
+)  # at head width 16 its wavelengths (6 .. 2e4) fall in the kept, blended and scaled bands alike
+
+
+def _cached_attention(name: str, options: dict[str, Any], build, kv_heads: int) -> BlockSpec:
+    past = ("batch", kv_heads, "past_sequence", "head_dim")
+    return BlockSpec(
+        name,
+        "multi_head_attention",
+        {"causal": True, "cross_attention": False, "cached": True, "position": "none", **options},
+        build,
+        (
+            _hidden(),
+            _mask("attention_mask", "total_sequence"),
+            InputSpec("past_key", past),
+            InputSpec("past_value", past),
+        ),
+        ("output", "present_key", "present_value", "attention_weights"),
+        cached=True,
+    )
+
+
+def _option_specs() -> list[BlockSpec]:
+    """One block per option of today's architectures, the rest of the block at its defaults."""
+    self_attention = {"causal": False, "cross_attention": False, "cached": False, "position": "none"}
+
+    def attention(**options):
+        return lambda d: wrappers.SelfAttention(MultiHeadAttention(d.d_model, d.n_heads, **options))
+
+    def ffn(activation: str, **options):
+        return lambda d: wrappers.FeedForwardGraph(
+            FeedForward(d.d_model, d.d_ff, activation=activation, **options)
+        )
+
+    def rotary(**options):
+        return lambda d: wrappers.Rotary(RotaryEmbedding(d.head_dim, **options))
+
+    rotary_inputs = (_heads("x", "sequence"), InputSpec("positions", ("batch", "sequence"), "positions"))
+    llama3 = {"scaling": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+    specs = [
+        BlockSpec(
+            "norm.rms",
+            "norm",
+            {"norm": "rms", "eps": 1e-6},
+            lambda d: wrappers.Norm(RMSNorm(d.d_model, eps=1e-6)),
+            (_hidden(),),
+            ("output",),
+        ),
+        BlockSpec(
+            "residual.pre_ln.rms",
+            "residual_norm",
+            {"norm_position": "pre", "norm": "rms", "eps": 1e-6},
+            lambda d: wrappers.Residual(ResidualNorm(d.d_model, norm="rms", eps=1e-6)),
+            (_hidden(), _hidden("sublayer_output")),
+            ("sublayer_input", "hidden_states_out"),
+        ),
+    ]
+    ffns = [
+        ("ffn.gelu_tanh", "gelu_tanh", False, True),
+        ("ffn.silu", "silu", False, True),
+        ("ffn.swiglu", "silu", True, False),
+        ("ffn.geglu", "gelu_tanh", True, False),
+        ("ffn.relu.nobias", "relu", False, False),
+    ]
+    specs += [
+        BlockSpec(
+            name,
+            "feed_forward",
+            {"activation": activation, "gated": gated, "bias": bias},
+            ffn(activation, gated=gated, bias=bias),
+            (_hidden(),),
+            ("output",),
+        )
+        for name, activation, gated, bias in ffns
+    ]
+    attentions = [
+        ("attention.gqa", {"n_kv_heads": GQA_HEADS}),
+        ("attention.mqa", {"n_kv_heads": 1}),
+        ("attention.head_dim", {"head_dim": FREE_HEAD_DIM}),
+        ("attention.scale1", {"scale": 1.0}),
+        ("attention.nobias", {"bias": False}),
+    ]
+    specs += [
+        BlockSpec(
+            name,
+            "multi_head_attention",
+            {**self_attention, **options},
+            attention(**options),
+            (_hidden(), _mask("attention_mask", "sequence")),
+            ("output", "attention_weights"),
+        )
+        for name, options in attentions
+    ]
+    specs.append(
+        _cached_attention(
+            "attention.gqa_cached",
+            {"n_kv_heads": GQA_HEADS},
+            lambda d: wrappers.CachedCausalSelfAttention(
+                MultiHeadAttention(d.d_model, d.n_heads, n_kv_heads=GQA_HEADS)
+            ),
+            GQA_HEADS,
+        )
+    )
+    rotaries = [
+        ("rotary.base", {"position": "rotary", "base": 500000.0}, rotary(base=500000.0)),
+        (
+            "rotary.linear",
+            {"position": "rotary", "scaling": "linear", "factor": 4.0},
+            rotary(scaling=RopeScalingOptions("linear", factor=4.0)),
+        ),
+        (
+            "rotary.llama3",
+            {"position": "rotary", "base": 500000.0, **llama3, "original_max_position_embeddings": 64},
+            rotary(base=500000.0, scaling=LLAMA3_SCALING),
+        ),
+    ]
+    specs += [
+        BlockSpec(name, "positional_encoding", options, build, rotary_inputs, ("rotated",))
+        for name, options, build in rotaries
+    ]
+    specs.append(_llama_decoder_spec())
+    return specs
+
+
+def _llama_decoder_spec() -> BlockSpec:
+    """A Llama-style decoder block: pre-RMSNorm, rotary (llama3-scaled), SwiGLU, no biases, GQA cache."""
+    options = {
+        "norm": "rms",
+        "eps": 1e-6,
+        "activation": "silu",
+        "gated": True,
+        "attention_bias": False,
+        "ffn_bias": False,
+        "n_kv_heads": GQA_HEADS,
+        "rotary_base": 500000.0,
+        "rope_scaling": LLAMA3_SCALING,
+    }
+
+    def build(d: BlockDims) -> nn.Module:
+        block = DecoderBlock(d.d_model, d.n_heads, d.d_ff, cross_attention=False, rotary=True, **options)
+        return wrappers.Decoder(block, cached=True)
+
+    past = ("batch", GQA_HEADS, "past_sequence", "head_dim")
+    return BlockSpec(
+        name="decoder_block.pre_rms.swiglu.rotary.gqa.cached",
+        kind="decoder_block",
+        options={
+            "norm_position": "pre",
+            "activation": "silu",
+            "position": "rotary",
+            "causal": True,
+            "cross_attention": False,
+            "cached": True,
+            **{key: value for key, value in options.items() if key not in ("activation", "rope_scaling")},
+            "rope_scaling": LLAMA3_SCALING.kind,
+        },
+        build=build,
+        inputs=(
+            _hidden(),
+            _mask("attention_mask", "total_sequence"),
+            InputSpec("past_key", past),
+            InputSpec("past_value", past),
+        ),
+        outputs=("hidden_states_out", "present_key", "present_value"),
+        cached=True,
+    )
+
+
 def block_catalog() -> list[BlockSpec]:
     """Every block export, in a stable order."""
     return [
@@ -324,4 +500,5 @@ def block_catalog() -> list[BlockSpec]:
         decoder_spec("pre", "gelu", "none", cross=False, cached=True),
         decoder_spec("pre", "gelu", "relative", cross=True, cached=True),
         decoder_spec("pre", "gelu", "rotary", cross=False, cached=True),
+        *_option_specs(),
     ]

@@ -117,6 +117,15 @@ class FeedForwardGraph(nn.Module):
         return (self.ffn(hidden_states),)
 
 
+class Norm(nn.Module):
+    def __init__(self, norm: nn.Module) -> None:
+        super().__init__()
+        self.norm = norm
+
+    def forward(self, hidden_states):  # (B, T, D) -> (B, T, D)
+        return (self.norm(hidden_states),)
+
+
 class Residual(nn.Module):
     def __init__(self, residual: ResidualNorm) -> None:
         super().__init__()
