@@ -104,6 +104,10 @@ class MultiHeadAttention(nn.Module):
     in as `past_key`/`past_value` and the concatenation goes out as `present_key`/`present_value`; nothing
     is stored on the module. With `rotary=True` queries and keys are rotated by their absolute positions
     (RoPE), and the cache holds keys already rotated.
+
+    `n_kv_heads` < H gives grouped-query attention (1: multi-query): k_proj/v_proj have n_kv_heads * Dh
+    outputs and the cache carries n_kv_heads heads. `head_dim` frees Dh from D / H (T5's d_kv, Llama's
+    head_dim): the heads' inner width H * Dh is projected back to D. `scale` replaces 1 / sqrt(Dh).
     """
 
     def __init__(
