@@ -28,9 +28,19 @@ def test_catalog_covers_every_option() -> None:
     assert seen["encoder_block.norm_position"] == {"pre", "post"}
     assert seen["decoder_block.norm_position"] == {"pre", "post"}
     assert seen["encoder_block.activation"] == {"relu", "gelu"}
-    assert seen["decoder_block.activation"] == {"relu", "gelu"}
-    assert seen["feed_forward.activation"] == {"relu", "gelu"}
+    assert seen["decoder_block.activation"] == {"relu", "gelu", "silu"}
+    assert seen["feed_forward.activation"] == {"relu", "gelu", "gelu_tanh", "silu"}
+    assert seen["feed_forward.gated"] == {True, False}
+    assert seen["feed_forward.bias"] == {True, False}
     assert seen["residual_norm.norm_position"] == {"pre", "post"}
+    assert seen["residual_norm.norm"] == {"rms"}  # "layer" is every other residual block's default
+    assert seen["norm.norm"] == {"rms"}
+    assert seen["multi_head_attention.n_kv_heads"] == {1, BlockDims().n_heads // 2}
+    assert {"head_dim", "scale", "bias"} <= {key.split(".", 1)[1] for key in seen if key.startswith("multi_")}
+    assert seen["positional_encoding.scaling"] == {"linear", "llama3"}
+    assert seen["positional_encoding.base"] == {500000.0}
+    assert seen["decoder_block.norm"] == {"rms"}
+    assert seen["decoder_block.gated"] == {True}
     assert seen["positional_encoding.position"] == {"sinusoidal", "learned", "relative", "rotary"}
     assert seen["encoder_block.position"] == {"none", "relative", "rotary"}
     assert seen["decoder_block.position"] == {"none", "relative", "rotary"}
