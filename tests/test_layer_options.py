@@ -382,3 +382,25 @@ def test_gqa_past_with_query_head_count_is_refused() -> None:
     past = torch.randn(BATCH, N_HEADS, 3, HEAD_DIM)  # (B, H, P, Dh): a cache of the wrong head count
     with pytest.raises(InputError, match=r"past_key axis H must be 2, got 4"):
         attention(hidden(1), causal=True, past_key=past, past_value=past)
+
+
+def test_llama_style_stack_cached_decode_equals_full_recompute() -> None:
+    """All the options together at the stack level, as a Llama-style decoder composes them."""
+    stack = DecoderStack(
+        2, D_MODEL, N_HEADS, D_FF, cross_attention=False, position="rotary", norm_position="pre",
+        activation="silu", gated=True, norm="rms", eps=1e-6, attention_bias=False, ffn_bias=False,
+        n_kv_heads=2, rotary_base=500000.0,
+        rope_scaling=RopeScalingOptions("llama3", factor=8.0, original_max_position_embeddings=16),
+    ).eval()  # fmt: skip
+    assert bias_names(stack) == []
+    assert isinstance(stack.norm, RMSNorm) and stack.norm.eps == 1e-6
+    ids = torch.zeros(BATCH, LENGTH + 2, dtype=torch.long)
+    x = hidden(LENGTH + 2)
+    full = stack(x, stack.prepare(ids, None, None))
+    first = stack(x[:, :LENGTH], stack.prepare(ids[:, :LENGTH], None, None))
+    assert [tuple(key.shape) for key, _ in first.present] == [(BATCH, 2, LENGTH, HEAD_DIM)] * 2
+    step = stack(x[:, LENGTH:], stack.prepare(ids[:, LENGTH:], None, first.present))
+    assert step.present[0][0].shape == (BATCH, 2, LENGTH + 2, HEAD_DIM)
+    assert_close(
+        torch.cat([first.hidden, step.hidden], dim=1), full.hidden, "Llama-style stack cached vs full"
+    )
