@@ -65,28 +65,24 @@ def _embed(model: TextEncoder, texts: list[str], options: GenerationOptions) -> 
     return model.embed(texts, batch_size=len(texts))  # (N, D): one model batch, as the caller chunked it
 
 
+def _continuation(options: GenerationOptions) -> dict:
+    """The keyword arguments of TextGenerator.generate and .stream."""
+    return {
+        "max_new_tokens": options.max_new_tokens,
+        "temperature": options.temperature,
+        "top_k": options.top_k,
+        "top_p": options.top_p,
+        "seed": options.seed,
+        "stop": list(options.stop) if options.stop else None,
+    }
+
+
 def _generate(model: TextGenerator, texts: list[str], options: GenerationOptions) -> list[str]:
-    return model.generate(
-        texts,
-        max_new_tokens=options.max_new_tokens,
-        temperature=options.temperature,
-        top_k=options.top_k,
-        top_p=options.top_p,
-        seed=options.seed,
-        stop=list(options.stop) if options.stop else None,
-    )
+    return model.generate(texts, **_continuation(options))
 
 
 def _stream(model: TextGenerator, text: str, options: GenerationOptions) -> Iterator[str]:
-    return model.stream(
-        text,
-        max_new_tokens=options.max_new_tokens,
-        temperature=options.temperature,
-        top_k=options.top_k,
-        top_p=options.top_p,
-        seed=options.seed,
-        stop=list(options.stop) if options.stop else None,
-    )
+    return model.stream(text, **_continuation(options))
 
 
 def _seq2seq(model: TextToText, texts: list[str], options: GenerationOptions) -> list[str]:
