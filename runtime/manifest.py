@@ -130,6 +130,7 @@ OUTPUT_KEYS = (
     "last_hidden_state",  # (B, T, D)
     "sentence_embedding",  # (B, D) mean of the real tokens' last hidden states
     "mlm_logits",  # (B, T, V) masked-token logits
+    "pooler_output",  # (B, D) tanh(dense([CLS]'s last hidden state)), what the classifier reads
     "class_logits",  # (B, num_labels)
     "self_attentions",  # "{i}": (B, H, T, T) softmax weights of layer i (the encoder's, for seq2seq)
     "cross_attentions",  # "{i}": (B, H, T, S) the decoder's weights over the source

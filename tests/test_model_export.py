@@ -160,7 +160,8 @@ def test_every_family_has_a_recipe_for_its_task() -> None:
         assert set(spec.roles) <= set(roles), f"{family}: {recipe.task} needs {spec.roles}, has {roles}"
         assert list(recipe.main_outputs) == list(spec.roles), family
         assert spec.text in recipe.framing, f"{family}: no framing for {spec.text!r}"
-        for graph in recipe.graphs:
-            assert set(graph.io.inputs) <= set(INPUT_NAMES) and set(graph.io.outputs) <= set(OUTPUT_KEYS)
         config = MODELS[family].config()
+        for graph in recipe.graphs:
+            io = graph.io(config)
+            assert set(io.inputs) <= set(INPUT_NAMES) and set(io.outputs) <= set(OUTPUT_KEYS)
         assert (recipe.kv_cache(config) is None) == (not spec.cached), family

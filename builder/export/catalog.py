@@ -41,14 +41,25 @@ class BlockDims:
     n_heads: int = 4
     d_ff: int = 128
     max_len: int = 128  # size of the learned position table
+    n_kv_heads: int | None = None  # a model's key/value heads (None: n_heads)
+    head_size: int | None = None  # a model's head width (None: d_model / n_heads)
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+        return self.head_size if self.head_size is not None else self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
 
     def fixed_sizes(self) -> dict[str, int]:
         """The axis names that are fixed by the configuration, with their sizes."""
-        return {"d_model": self.d_model, "n_heads": self.n_heads, "head_dim": self.head_dim}
+        return {
+            "d_model": self.d_model,
+            "n_heads": self.n_heads,
+            "kv_heads": self.kv_heads,
+            "head_dim": self.head_dim,
+        }
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,10 @@ def _hidden(name: str = "hidden_states", length: str = "sequence", width: str = 
 
 def _heads(name: str, length: str) -> InputSpec:
     return InputSpec(name, ("batch", "n_heads", length, "head_dim"))
+
+
+def _kv_heads(name: str, length: str) -> InputSpec:
+    return InputSpec(name, ("batch", "kv_heads", length, "head_dim"))
 
 
 def _mask(name: str, length: str) -> InputSpec:
@@ -132,7 +147,8 @@ def decoder_spec(norm: str, activation: str, position: str, *, cross: bool, cach
         ]
     outputs = ["hidden_states_out"]
     if cached:
-        inputs += [_heads("past_key", "past_sequence"), _heads("past_value", "past_sequence")]
+        # kv_heads is n_heads unless the dims say otherwise (a grouped-query model's own blocks).
+        inputs += [_kv_heads("past_key", "past_sequence"), _kv_heads("past_value", "past_sequence")]
         outputs += ["present_key", "present_value"]
     name = f"decoder_block.{norm}_ln.{activation}" + (".cross" if cross else "")
     name += ("" if position == "none" else f".{position}") + (".cached" if cached else "")

@@ -28,6 +28,7 @@ from onnxformer.builder.export.parity import MODEL_RTOL, MODEL_TOLERANCE
 from onnxformer.builder.export.pipeline import GraphSpec, export_one, reprove
 from onnxformer.builder.export.recipes import recipe
 from onnxformer.builder.export.recipes.base import EndToEnd, ModelGraph, Recipe
+from onnxformer.builder.families.config import head_width, kv_heads
 from onnxformer.builder.tokenizer import SPECIAL_TOKENS, special_tokens
 from onnxformer.builder.training.checkpoint import load_checkpoint
 from onnxformer.builder.versions import tool_versions
@@ -43,14 +44,14 @@ Progress = Callable[[str, int, int], None]  # (file, index, total)
 
 def model_graph(graph: ModelGraph, model: nn.Module, *, family: str, seed: int, metadata: dict) -> GraphSpec:
     """The pipeline's description of one of a model's graphs."""
-    layers = model.config.n_layers
+    config = model.config
     return GraphSpec(
         filename=graph.filename,
         kind=graph.role,
         options={"family": family},
         example=graph.example(model),
-        dim_names=graph.dim_names(layers),
-        output_names=tuple(graph.output_names(layers)),
+        dim_names=graph.dim_names(config),
+        output_names=tuple(graph.output_names(config)),
         cases=lambda: graph.cases(model, torch.Generator().manual_seed(seed)),
         metadata={**metadata, "onnxformer.role": graph.role},
     )
@@ -66,7 +67,14 @@ def model_blocks(family_recipe: Recipe, model: nn.Module) -> Iterator[tuple[Bloc
 
 
 def _dims(config) -> BlockDims:
-    return BlockDims(config.d_model, config.n_heads, config.d_ff, config.max_len)
+    return BlockDims(
+        config.d_model,
+        config.n_heads,
+        config.d_ff,
+        config.max_len,
+        n_kv_heads=kv_heads(config),
+        head_size=head_width(config),
+    )
 
 
 def export_checkpoint(
@@ -152,7 +160,7 @@ def export_checkpoint(
         special_tokens=special_ids,
         task=family_recipe.task,
         graphs={graph.role: graph.filename for graph in graphs},
-        io={graph.role: graph.io for graph in graphs},
+        io={graph.role: graph.io(config) for graph in graphs},
         kv_cache=family_recipe.kv_cache(config),
         generation=generation,
         framing=family_recipe.framing,

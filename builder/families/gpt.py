@@ -3,7 +3,10 @@
     input_ids -> token + position embeddings -> decoder stack: N causal blocks (no cross-attention)
               + final LayerNorm (pre-LN) -> LM head (tied to the token embedding) -> logits
 
-Pre-LN by default, as in GPT-2. The KV cache goes in as `past_key_values` and comes out as `present`, one
+Pre-LN by default, as in GPT-2. The Llama-style decoder (Touvron et al., 2023) is this family with other
+block options, not another model: RMSNorm, rotary positions, SwiGLU, no biases, grouped-query attention
+and an untied head (the `llama-tiny` and `llama-small` presets; `from_pretrained` sets them from a
+checkpoint's config.json). The KV cache goes in as `past_key_values` and comes out as `present`, one
 (key, value) pair per layer, each (B, H, P + T, Dh); nothing is kept on the module.
 """
 
@@ -13,23 +16,39 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from onnxformer.builder.families.config import from_preset, validate_common
+from onnxformer.builder.families.config import BlockOptionFields, block_options, from_preset, validate_common
 from onnxformer.builder.layers.embedding import Embeddings, PositionKind
 from onnxformer.builder.layers.feedforward import Activation
 from onnxformer.builder.layers.init import init_transformer_weights
 from onnxformer.builder.layers.residual import NormPosition
 from onnxformer.builder.layers.stacks import DecoderStack, KeyValue, rename_legacy_keys
 
+# The Llama-style block options. d_ff ~ 8/3 D keeps a gated FFN's three matrices at the parameter count
+# of a plain 4 D one (Shazeer, 2020; Touvron et al., 2023, 2.2).
+LLAMA: dict[str, Any] = {
+    "position": "rotary",
+    "norm": "rms",
+    "eps": 1e-6,
+    "activation": "silu",
+    "gated": True,
+    "attention_bias": False,
+    "ffn_bias": False,
+    "n_kv_heads": 2,
+    "tie_embeddings": False,
+    "dropout": 0.0,
+}
 GPT_PRESETS: dict[str, dict[str, Any]] = {
     "tiny": {"d_model": 128, "n_layers": 2, "n_heads": 4, "d_ff": 256, "max_len": 64},
     "small": {"d_model": 384, "n_layers": 6, "n_heads": 12, "d_ff": 1536, "max_len": 1024},
+    "llama-tiny": {"d_model": 128, "n_layers": 2, "n_heads": 4, "d_ff": 344, "max_len": 64, **LLAMA},
+    "llama-small": {"d_model": 384, "n_layers": 6, "n_heads": 6, "d_ff": 1024, "max_len": 1024, **LLAMA},
 }
 # Checkpoint keys from before the decoder stack (onnxformer <= 0.x wrote "blocks.0..." at the top level).
 LEGACY_KEYS = {"blocks.": "decoder.blocks.", "relative.": "decoder.relative.", "final_norm.": "decoder.norm."}
 
 
 @dataclass(frozen=True)
-class GPTConfig:
+class GPTConfig(BlockOptionFields):
     vocab_size: int = 512
     d_model: int = 128
     n_layers: int = 3
@@ -78,6 +97,7 @@ class GPT(nn.Module):
             norm_position=config.norm_position,
             activation=config.activation,
             dropout=config.dropout,
+            **block_options(config),
         )
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_embeddings:

@@ -16,12 +16,14 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from onnxformer.builder.families.config import from_preset, validate_common
+from onnxformer.builder.families.config import BlockOptionFields, block_options, from_preset, validate_common
+from onnxformer.builder.layers.checks import check_positive
 from onnxformer.builder.layers.embedding import Embeddings, PositionKind
 from onnxformer.builder.layers.feedforward import Activation
 from onnxformer.builder.layers.init import init_transformer_weights
 from onnxformer.builder.layers.residual import NormPosition
 from onnxformer.builder.layers.stacks import DecoderStack, EncoderStack, KeyValue, rename_legacy_keys
+from onnxformer.runtime.errors import ConfigError
 
 T5_PRESETS: dict[str, dict[str, Any]] = {
     "tiny": {"d_model": 128, "n_layers": 2, "n_heads": 4, "d_ff": 256, "max_len": 64},
@@ -36,10 +38,10 @@ LEGACY_KEYS = {
 
 
 @dataclass(frozen=True)
-class T5Config:
+class T5Config(BlockOptionFields):
     vocab_size: int = 512
     d_model: int = 128
-    n_layers: int = 3  # encoder and decoder each
+    n_layers: int = 3  # encoder layers, and decoder layers unless n_decoder_layers is set
     n_heads: int = 4
     d_ff: int = 512
     max_len: int = 64
@@ -51,9 +53,23 @@ class T5Config:
     max_distance: int = 128
     decoder_start_token_id: int = 1  # the tokenizer's <s>
     tie_embeddings: bool = True
+    # T5 v1.0 rescales the decoder output by d_model**-0.5 before its tied head (transformers 5 names it
+    # scale_decoder_outputs); our own presets train without it.
+    scale_decoder_outputs: bool = False
+    n_decoder_layers: int | None = None  # None: n_layers (T5 v1.1 and flan checkpoints may differ)
 
     def __post_init__(self) -> None:
         validate_common(self)
+        if self.n_decoder_layers is not None:
+            check_positive(n_decoder_layers=self.n_decoder_layers)
+        if not isinstance(self.scale_decoder_outputs, bool):
+            raise ConfigError(
+                f"scale_decoder_outputs must be true or false, got {self.scale_decoder_outputs!r}"
+            )
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.n_layers if self.n_decoder_layers is None else self.n_decoder_layers
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "T5Config":
@@ -91,10 +107,11 @@ class T5(nn.Module):
             "dropout": config.dropout,
             "num_buckets": config.num_buckets,
             "max_distance": config.max_distance,
+            **block_options(config),
         }
-        sizes = (config.n_layers, config.d_model, config.n_heads, config.d_ff)
-        self.encoder = EncoderStack(*sizes, **stack_options)
-        self.decoder = DecoderStack(*sizes, cross_attention=True, **stack_options)
+        sizes = (config.d_model, config.n_heads, config.d_ff)
+        self.encoder = EncoderStack(config.n_layers, *sizes, **stack_options)
+        self.decoder = DecoderStack(config.decoder_layers, *sizes, cross_attention=True, **stack_options)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.lm_head.weight = self.embeddings.token.weight
@@ -138,7 +155,10 @@ class T5(nn.Module):
             memory_mask=encoder_attention_mask,
             need_weights=need_weights,
         )
-        logits = self.lm_head(out.hidden)  # (B, T, V)
+        hidden = out.hidden  # (B, T, D)
+        if self.config.scale_decoder_outputs:
+            hidden = hidden * self.config.d_model**-0.5  # (B, T, D)
+        logits = self.lm_head(hidden)  # (B, T, V)
         return T5DecoderOutput(logits, out.present, out.hidden, out.self_attentions, out.cross_attentions)
 
     def forward(

@@ -22,6 +22,7 @@ from onnxformer.builder.export.catalog import BlockSpec
 from onnxformer.builder.export.parity import Cases
 from onnxformer.builder.export.pipeline import AxisNames
 from onnxformer.builder.export.samples import PaddingSide, padded_mask
+from onnxformer.builder.families.config import head_width, kv_heads
 from onnxformer.runtime.manifest import Framing, GenerationDefaults, GraphIO, KVCache, Task
 
 KeyValues = tuple[tuple[torch.Tensor, torch.Tensor], ...]  # per layer, (B, H, L, Dh) each
@@ -42,10 +43,10 @@ class ModelGraph:
     filename: str
     wrapper: Callable[[nn.Module], nn.Module]  # model -> tensor-in, tuple-out module (the traced one)
     example: Callable[[nn.Module], dict[str, Any]]  # model -> forward kwargs at the trace sizes
-    dim_names: Callable[[int], AxisNames]  # layers -> flattened input axes
-    output_names: Callable[[int], list[str]]  # layers -> output names
+    dim_names: Callable[[Any], AxisNames]  # config -> flattened input axes
+    output_names: Callable[[Any], list[str]]  # config -> output names
     cases: Callable[[nn.Module, torch.Generator], Cases]  # parity cases, unlike the trace sizes
-    io: GraphIO  # the manifest's io entry: what the runtime feeds and reads by name
+    io: Callable[[Any], GraphIO]  # config -> the manifest's io entry: what the runtime feeds and reads
 
 
 @dataclass(frozen=True)
@@ -109,16 +110,17 @@ def random_ids(
     return torch.randint(7, model.config.vocab_size, (batch, length), generator=generator)
 
 
-def random_cache(model: nn.Module, batch: int, length: int) -> KeyValues:
+def random_cache(model: nn.Module, batch: int, length: int, *, layers: int | None = None) -> KeyValues:
+    """Random keys and values for `layers` layers (default n_layers), (B, Hkv, L, Dh) each."""
     c = model.config
-    shape = (batch, c.n_heads, length, c.d_model // c.n_heads)  # (B, H, L, Dh)
-    return tuple((torch.randn(shape), torch.randn(shape)) for _ in range(c.n_layers))
+    shape = (batch, kv_heads(c), length, head_width(c))  # (B, Hkv, L, Dh)
+    return tuple((torch.randn(shape), torch.randn(shape)) for _ in range(layers or c.n_layers))
 
 
-def empty_cache(model: nn.Module, batch: int) -> KeyValues:
+def empty_cache(model: nn.Module, batch: int, *, layers: int | None = None) -> KeyValues:
     c = model.config
-    shape = (batch, c.n_heads, 0, c.d_model // c.n_heads)  # (B, H, 0, Dh)
-    return tuple((torch.zeros(shape), torch.zeros(shape)) for _ in range(c.n_layers))
+    shape = (batch, kv_heads(c), 0, head_width(c))  # (B, Hkv, 0, Dh)
+    return tuple((torch.zeros(shape), torch.zeros(shape)) for _ in range(layers or c.n_layers))
 
 
 def plain_cases(
@@ -137,12 +139,13 @@ def plain_cases(
         yield f"B={batch} T={length}", inputs
 
 
-def self_attention_cache(config: Any, *, cross: bool = False) -> KVCache:
-    """The KV-cache layout of a decoder stack's self-attention cache (and its cross-attention K/V)."""
+def self_attention_cache(config: Any, *, cross: bool = False, layers: int | None = None) -> KVCache:
+    """The KV-cache layout of a decoder stack's self-attention cache (and its cross-attention K/V) over
+    `layers` decoder layers (default n_layers)."""
     return KVCache(
-        layers=config.n_layers,
-        kv_heads=config.n_heads,
-        head_dim=config.d_model // config.n_heads,
+        layers=layers or config.n_layers,
+        kv_heads=kv_heads(config),
+        head_dim=head_width(config),
         past_key=PAST_KEY,
         past_value=PAST_VALUE,
         present_key=PRESENT_KEY,

@@ -1,6 +1,6 @@
-"""BERT's export: one encoder graph (hidden states, sentence embedding, masked-LM and class logits), an
-attention-weights graph, the encoder stack's blocks, and sentence embeddings as end-to-end goldens. Texts
-are framed as [CLS] + text + [SEP]."""
+"""BERT's export: one encoder graph (hidden states, sentence embedding, and the heads the model has:
+masked-LM logits, pooler output, class logits), an attention-weights graph, the encoder stack's blocks,
+and sentence embeddings as end-to-end goldens. Texts are framed as [CLS] + text + [SEP]."""
 
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -34,17 +34,31 @@ SENTENCES = ("the cat sees the dog", "a dog near the house sleeps", "", "the")
 EMBEDDING = "sentence_embedding"
 MASK_RATE = 0.15  # masked-token accuracy: the share of a sentence's tokens replaced by [MASK]
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-HEADS = ("last_hidden_state", EMBEDDING, "mlm_logits", "class_logits")  # the encoder graph's outputs
+# The encoder graph's outputs: output name -> the BERTOutput field; a head the model lacks is left out.
+HEADS = {
+    "last_hidden_state": "hidden",
+    EMBEDDING: "sentence_embedding",
+    "mlm_logits": "mlm_logits",
+    "pooler_output": "pooled",
+    "class_logits": "class_logits",
+}
+OPTIONAL_HEADS = {"mlm_logits": "mlm_head", "pooler_output": "pooler", "class_logits": "classifier"}
+
+
+def heads(config: Any) -> list[str]:
+    """The encoder graph's output names for this config, in order."""
+    return [name for name in HEADS if name not in OPTIONAL_HEADS or getattr(config, OPTIONAL_HEADS[name])]
 
 
 class Encoder(nn.Module):
     def __init__(self, model: BERT) -> None:
         super().__init__()
         self.model = model
+        self.fields = [HEADS[name] for name in heads(model.config)]
 
     def forward(self, input_ids, attention_mask, token_type_ids):  # (B, T) x3
         out = self.model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
-        return out.hidden, out.sentence_embedding, out.mlm_logits, out.class_logits
+        return tuple(getattr(out, field) for field in self.fields)
 
 
 class Attentions(nn.Module):
@@ -78,20 +92,20 @@ GRAPHS = (
         "encoder.onnx",
         Encoder,
         _example,
-        lambda n: _AXES,
-        lambda n: list(HEADS),
+        lambda c: _AXES,
+        heads,
         _cases,
-        GraphIO(INPUTS, {name: name for name in HEADS}),
+        lambda c: GraphIO(INPUTS, {name: name for name in heads(c)}),
     ),
     ModelGraph(
         "attentions",
         "attentions.onnx",
         Attentions,
         _example,
-        lambda n: _AXES,
-        lambda n: [f"attentions.{i}" for i in range(n)],
+        lambda c: _AXES,
+        lambda c: [f"attentions.{i}" for i in range(c.n_layers)],
         _cases,
-        GraphIO(INPUTS, {"self_attentions": "attentions.{i}"}),
+        lambda c: GraphIO(INPUTS, {"self_attentions": "attentions.{i}"}),
     ),
 )
 

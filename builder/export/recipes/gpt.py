@@ -106,14 +106,14 @@ GRAPHS = (
             "attention_mask": torch.ones(TRACE_BATCH, TRACE_PAST + TRACE_LENGTH, dtype=torch.long),
             "past_key_values": random_cache(m, TRACE_BATCH, TRACE_PAST),
         },
-        lambda n: {
+        lambda c: {
             "input_ids": ("batch", "sequence"),
             "attention_mask": ("batch", "total_sequence"),
-            **dict.fromkeys(cache_names(PAST_KEY, PAST_VALUE, n), CACHE_AXES),
+            **dict.fromkeys(cache_names(PAST_KEY, PAST_VALUE, c.n_layers), CACHE_AXES),
         },
-        lambda n: ["logits", *cache_names(PRESENT_KEY, PRESENT_VALUE, n)],
+        lambda c: ["logits", *cache_names(PRESENT_KEY, PRESENT_VALUE, c.n_layers)],
         decoder_cases,
-        GraphIO(("input_ids", "attention_mask"), {"logits": "logits"}),
+        lambda c: GraphIO(("input_ids", "attention_mask"), {"logits": "logits"}),
     ),
     ModelGraph(
         "attentions",
@@ -123,10 +123,10 @@ GRAPHS = (
             "input_ids": random_ids(m, TRACE_BATCH, TRACE_LENGTH),
             "attention_mask": torch.ones(TRACE_BATCH, TRACE_LENGTH, dtype=torch.long),
         },
-        lambda n: {"input_ids": ("batch", "sequence"), "attention_mask": ("batch", "sequence")},
-        lambda n: ["logits", *(f"attentions.{i}" for i in range(n))],
+        lambda c: {"input_ids": ("batch", "sequence"), "attention_mask": ("batch", "sequence")},
+        lambda c: ["logits", *(f"attentions.{i}" for i in range(c.n_layers))],
         lambda m, g: plain_cases(m, g, side="left"),
-        GraphIO(("input_ids", "attention_mask"), {"self_attentions": "attentions.{i}"}),
+        lambda c: GraphIO(("input_ids", "attention_mask"), {"self_attentions": "attentions.{i}"}),
     ),
 )
 

@@ -118,7 +118,7 @@ def decoder_cases(model: T5, generator: torch.Generator) -> Cases:
                     "decoder_attention_mask": mask,
                     "encoder_attention_mask": source_mask,
                     "cross_key_values": cross,
-                    "past_key_values": empty_cache(model, batch),
+                    "past_key_values": empty_cache(model, batch, layers=model.config.decoder_layers),
                 },
             )
             past = model.decode(
@@ -157,10 +157,10 @@ GRAPHS = (
             "input_ids": random_ids(m, TRACE_BATCH, TRACE_SOURCE),
             "attention_mask": torch.ones(TRACE_BATCH, TRACE_SOURCE, dtype=torch.long),
         },
-        lambda n: {"input_ids": SOURCE_AXES, "attention_mask": SOURCE_AXES},
-        lambda n: ["last_hidden_state", *cache_names(CROSS_KEY, CROSS_VALUE, n)],
+        lambda c: {"input_ids": SOURCE_AXES, "attention_mask": SOURCE_AXES},
+        lambda c: ["last_hidden_state", *cache_names(CROSS_KEY, CROSS_VALUE, c.decoder_layers)],
         lambda m, g: plain_cases(m, g, side="right"),
-        GraphIO(("input_ids", "attention_mask"), {"last_hidden_state": "last_hidden_state"}),
+        lambda c: GraphIO(("input_ids", "attention_mask"), {"last_hidden_state": "last_hidden_state"}),
     ),
     ModelGraph(
         "decoder",
@@ -170,19 +170,19 @@ GRAPHS = (
             "decoder_input_ids": random_ids(m, TRACE_BATCH, TRACE_LENGTH),
             "decoder_attention_mask": torch.ones(TRACE_BATCH, TRACE_PAST + TRACE_LENGTH, dtype=torch.long),
             "encoder_attention_mask": torch.ones(TRACE_BATCH, TRACE_SOURCE, dtype=torch.long),
-            "cross_key_values": random_cache(m, TRACE_BATCH, TRACE_SOURCE),
-            "past_key_values": random_cache(m, TRACE_BATCH, TRACE_PAST),
+            "cross_key_values": random_cache(m, TRACE_BATCH, TRACE_SOURCE, layers=m.config.decoder_layers),
+            "past_key_values": random_cache(m, TRACE_BATCH, TRACE_PAST, layers=m.config.decoder_layers),
         },
-        lambda n: {
+        lambda c: {
             "decoder_input_ids": ("batch", "sequence"),
             "decoder_attention_mask": ("batch", "total_sequence"),
             "encoder_attention_mask": SOURCE_AXES,
-            **dict.fromkeys(cache_names(CROSS_KEY, CROSS_VALUE, n), CROSS_AXES),
-            **dict.fromkeys(cache_names(PAST_KEY, PAST_VALUE, n), CACHE_AXES),
+            **dict.fromkeys(cache_names(CROSS_KEY, CROSS_VALUE, c.decoder_layers), CROSS_AXES),
+            **dict.fromkeys(cache_names(PAST_KEY, PAST_VALUE, c.decoder_layers), CACHE_AXES),
         },
-        lambda n: ["logits", *cache_names(PRESENT_KEY, PRESENT_VALUE, n)],
+        lambda c: ["logits", *cache_names(PRESENT_KEY, PRESENT_VALUE, c.decoder_layers)],
         decoder_cases,
-        GraphIO(
+        lambda c: GraphIO(
             ("decoder_input_ids", "decoder_attention_mask", "encoder_attention_mask"), {"logits": "logits"}
         ),
     ),
@@ -195,17 +195,17 @@ GRAPHS = (
             "attention_mask": torch.ones(TRACE_BATCH, TRACE_SOURCE, dtype=torch.long),
             "decoder_input_ids": random_ids(m, TRACE_BATCH, TRACE_LENGTH),
         },
-        lambda n: {
+        lambda c: {
             "input_ids": SOURCE_AXES,
             "attention_mask": SOURCE_AXES,
             "decoder_input_ids": ("batch", "sequence"),
         },
-        lambda n: [
-            *(f"encoder_attentions.{i}" for i in range(n)),
-            *(f"cross_attentions.{i}" for i in range(n)),
+        lambda c: [
+            *(f"encoder_attentions.{i}" for i in range(c.n_layers)),
+            *(f"cross_attentions.{i}" for i in range(c.decoder_layers)),
         ],
         attention_cases,
-        GraphIO(
+        lambda c: GraphIO(
             ("input_ids", "attention_mask", "decoder_input_ids"),
             {"self_attentions": "encoder_attentions.{i}", "cross_attentions": "cross_attentions.{i}"},
         ),
@@ -234,7 +234,7 @@ def blocks(model: T5) -> list[StackBlocks]:
 
 
 def kv_cache(config: Any) -> KVCache:
-    return self_attention_cache(config, cross=True)
+    return self_attention_cache(config, cross=True, layers=config.decoder_layers)
 
 
 def generation(config: Any, special: dict[str, int]) -> GenerationDefaults:
