@@ -31,3 +31,8 @@ class ParityError(ExportError):
 
 class InferenceError(OnnxformerError):
     """ONNX Runtime failed running a graph that loaded (inputs that do not fit it, or a damaged model)."""
+
+
+class ModelImportError(OnnxformerError):
+    """A Hugging Face model folder that cannot be imported: a missing file, an unsupported architecture or
+    option, or a checkpoint tensor that is unknown, missing or of the wrong shape."""
