@@ -94,16 +94,12 @@ def _sentence_modules(folder: Path) -> dict[str, Any]:
         pooling = read_json(
             folder / kinds["Pooling"].get("path", "1_Pooling") / "config.json", what="the pooling"
         )
-        modes = [mode for key, mode in SENTENCE_POOLING.items() if pooling.get(key)]
-        other = [
-            k for k, v in pooling.items() if k.startswith("pooling_mode") and v and k not in SENTENCE_POOLING
-        ]
-        if len(modes) != 1 or other:
+        used = [key for key, value in pooling.items() if key.startswith("pooling_mode") and value]
+        if len(used) != 1 or used[0] not in SENTENCE_POOLING:
             raise ModelImportError(
-                f"the Pooling module uses {[k for k, v in pooling.items() if k.startswith('pooling_mode') and v]}; "
-                "onnxformer imports exactly one of mean and cls pooling"
+                f"the Pooling module uses {used}; onnxformer imports exactly one of mean and cls pooling"
             )
-        options["pooling"] = modes[0]
+        options["pooling"] = SENTENCE_POOLING[used[0]]
     return options
 
 

@@ -76,7 +76,7 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
         pickled = [name for name in ("pytorch_model.bin", "model.bin") if (folder / name).exists()]
         hint = (
             f"; {pickled[0]} is a pickle, which onnxformer does not load (it can run code): convert it "
-            "with transformers, `AutoModel.from_pretrained(path).save_pretrained(path)`, which writes safetensors"
+            "with transformers: `AutoModel.from_pretrained(path).save_pretrained(path)` writes safetensors"
             if pickled
             else ""
         )

@@ -80,8 +80,8 @@ def load_mapped(
         if tuple(value.shape) != expected:
             how = f" after {take.note}" if take.note else ""
             raise ModelImportError(
-                f"checkpoint tensor {take.key!r} has shape {tuple(tensor.shape)}{how} -> {tuple(value.shape)}, "
-                f"expected {expected} for {name} from config.json; the weights do not match the config"
+                f"checkpoint tensor {take.key!r} has shape {tuple(tensor.shape)}{how} -> "
+                f"{tuple(value.shape)}, expected {expected} for {name} from config.json; the weights do not match the config"
             )
         state[name] = value.to(ours[name].dtype).contiguous()
         used.add(take.key)
