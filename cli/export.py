@@ -1,4 +1,5 @@
-"""`onnxformer export CHECKPOINT --out DIR`: a trained model to a folder any ONNX Runtime host can run."""
+"""`onnxformer export CHECKPOINT --out DIR`: a trained model, or a local Hugging Face model folder, to a
+folder any ONNX Runtime host can run."""
 
 from pathlib import Path
 from typing import Annotated
@@ -15,7 +16,13 @@ from onnxformer.cli.printing import console
 
 def export_command(
     ctx: typer.Context,
-    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint folder written by `onnxformer train`.")],
+    checkpoint: Annotated[
+        Path,
+        typer.Argument(
+            help="A checkpoint folder written by `onnxformer train`, or a local Hugging Face model folder "
+            "(config.json, model.safetensors, tokenizer.json; never a hub id: nothing is downloaded)."
+        ),
+    ],
     out: Annotated[
         Path,
         typer.Option(
@@ -43,7 +50,11 @@ def export_command(
     records every file's sha256 and the parity to PyTorch measured at shapes other than the trace shapes.
     A graph that misses its tolerance fails the export and writes nothing. --optimize / --int8 then
     rewrite the graphs in place as `onnxformer optimize` does. An existing model export at --out is
-    replaced only with --overwrite; any other non-empty folder is refused."""
+    replaced only with --overwrite; any other non-empty folder is refused.
+
+    A Hugging Face folder (BertModel, BertForMaskedLM, BertForSequenceClassification, sentence-transformers
+    folders, GPT2LMHeadModel, T5ForConditionalGeneration, LlamaForCausalLM) is imported first, with its
+    own tokenizer; the export then carries everything a trained model's does."""
     with user_errors(ctx):
         check_export_out(out, model=True, overwrite=overwrite)
         from onnxformer.builder.export.models import export_checkpoint

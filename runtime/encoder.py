@@ -17,7 +17,6 @@ from onnxformer.runtime.decoding import right_pad
 from onnxformer.runtime.errors import InputError, ManifestError
 from onnxformer.runtime.model import ExportModel, ModelExport, pick
 
-MASK_TEXT = "<mask>"
 LABELS = {0: "shuffled", 1: "well-formed"}  # the built-in task's labels
 
 
@@ -76,14 +75,18 @@ class TextEncoder(ExportModel):
         return results[0] if single else results
 
     def fill_mask(self, text: str, *, top_k: int = 5) -> list[list[tuple[str, float]]]:
-        """For each "<mask>" in `text`, left to right, the `top_k` likeliest tokens and their probabilities.
+        """For each mask token in `text` ("<mask>" in our tokenizers, "[MASK]" in BERT's), left to right,
+        the `top_k` likeliest tokens and their probabilities.
 
         Probabilities are over the whole vocabulary; special tokens are not offered as fillers.
         """
         if not isinstance(text, str):
             raise InputError(f"fill_mask takes one str, got {type(text).__name__}")
-        if MASK_TEXT not in text:
-            raise InputError(f"the text has no {MASK_TEXT}; mark each word to predict with {MASK_TEXT}")
+        if "mask" not in self.tokenizer.special_tokens:
+            raise InputError("this export's tokenizer has no mask token, so it cannot fill masks")
+        mask_text = self.tokenizer.token_text(self.tokenizer.special_tokens["mask"])
+        if mask_text not in text:
+            raise InputError(f"the text has no {mask_text}; mark each word to predict with {mask_text}")
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             raise InputError(f"top_k must be an integer >= 1, got {top_k!r}")
         (row,) = self._frame([text])

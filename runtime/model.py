@@ -23,7 +23,10 @@ from onnxformer.runtime.probe import ProbeResult, probe_export
 from onnxformer.runtime.session import Device, Session, check_threads, create_session
 from onnxformer.runtime.tokenizer import TextTokenizer
 
-SPECIAL_NAMES = ("pad", "bos", "eos", "unk", "mask", "sep", "cls")
+# The special tokens every export names: the runtime pads batches. The others (bos, eos, unk, mask, sep,
+# cls) are there when the tokenizer has them (an imported GPT-2 has no mask); framing and generation name
+# only those present, which the manifest checks.
+SPECIAL_NAMES = ("pad",)
 # The class that runs each task, for messages (the classes themselves sit above this module).
 CLASS_NAMES = {"generate": "TextGenerator", "encode": "TextEncoder", "seq2seq": "TextToText"}
 
@@ -124,9 +127,11 @@ def open_export(
         opened.read(str(manifest.tokenizer)), manifest.special_tokens, name=str(manifest.tokenizer)
     )
     vocab_size = manifest.shape.vocab_size
-    if tokenizer.vocab_size != vocab_size:
+    # A model's vocabulary may be padded past its tokenizer's (T5: 32,128 rows for 32,100 tokens), never
+    # the other way round.
+    if tokenizer.vocab_size > vocab_size:
         raise ManifestError(
-            f"{manifest.tokenizer} has {tokenizer.vocab_size} tokens but config.vocab_size is "
+            f"{manifest.tokenizer} has {tokenizer.vocab_size} tokens but config.vocab_size is only "
             f"{vocab_size}: the tokenizer is not the model's; re-export the folder"
         )
     spec = manifest.task_spec

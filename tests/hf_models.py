@@ -86,7 +86,8 @@ def save_tokenizer(folder: Path, tok: Tokenizer, roles: dict) -> None:
 
 
 def _vocab(tok: Tokenizer) -> int:
-    return tok.get_vocab_size(with_added_tokens=True) + 3  # models often pad their vocabulary
+    # Exactly the tokenizer's: a random model would otherwise pick padded ids that decode to nothing.
+    return tok.get_vocab_size(with_added_tokens=True)
 
 
 def bert_folder(folder: Path, architecture: str = "BertModel") -> Path:

@@ -14,9 +14,12 @@ import dataclasses
 import logging
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
+from tokenizers import Tokenizer
 from torch import nn
 
 from onnxformer.builder.export.blocks import block_graph
@@ -29,12 +32,12 @@ from onnxformer.builder.export.pipeline import GraphSpec, export_one, reprove
 from onnxformer.builder.export.recipes import recipe
 from onnxformer.builder.export.recipes.base import EndToEnd, ModelGraph, Recipe
 from onnxformer.builder.families.config import head_width, kv_heads
-from onnxformer.builder.tokenizer import SPECIAL_TOKENS, special_tokens
+from onnxformer.builder.tokenizer import special_tokens
 from onnxformer.builder.training.checkpoint import load_checkpoint
 from onnxformer.builder.versions import tool_versions
 from onnxformer.runtime.errors import ExportError
 from onnxformer.runtime.folder import ExportFolder, sha256_bytes
-from onnxformer.runtime.manifest import FileEntry, Goldens, Manifest, Parity
+from onnxformer.runtime.manifest import TASKS, FileEntry, Framing, Goldens, Manifest, Parity
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +80,60 @@ def _dims(config) -> BlockDims:
     )
 
 
+@dataclass(frozen=True)
+class ExportSource:
+    """What a whole-model export is made from: a training checkpoint or an imported Hugging Face folder."""
+
+    family: str
+    model: nn.Module
+    tokenizer: Tokenizer
+    special: dict[str, int]  # role -> id (the roles the tokenizer has; pad always)
+    framing: dict[str, Framing]  # the task's text key -> special tokens around it
+    extra: dict[str, Any]  # the manifest's `extra`: where the model came from
+
+
+def checkpoint_source(checkpoint: str | os.PathLike) -> ExportSource:
+    loaded = load_checkpoint(checkpoint)
+    special = dataclasses.asdict(special_tokens(loaded.tokenizer))
+    extra = {"checkpoint_step": loaded.step, "metrics": loaded.metrics}
+    family_recipe = recipe(loaded.family)
+    return ExportSource(loaded.family, loaded.model, loaded.tokenizer, special, family_recipe.framing, extra)
+
+
+def pretrained_source(folder: str | os.PathLike) -> ExportSource:
+    """An imported Hugging Face folder: its own tokenizer, special tokens and framing."""
+    from onnxformer.builder.pretrained import from_pretrained
+
+    imported = from_pretrained(folder)
+    text = TASKS[recipe(imported.family).task].text
+    extra = {"source": {"architecture": imported.architecture, "folder": Path(folder).name}}
+    if imported.sentence_transformers:
+        extra["source"]["sentence_transformers"] = True
+    return ExportSource(
+        imported.family,
+        imported.model,
+        imported.tokenizer,
+        imported.special_tokens,
+        {text: imported.framing},
+        extra,
+    )
+
+
 def export_checkpoint(
     checkpoint: str | os.PathLike,
+    out: str | os.PathLike,
+    **options: Any,
+) -> Manifest:
+    """Export a training checkpoint folder, or a local Hugging Face model folder (config.json,
+    model.safetensors, tokenizer.json), to `out`; see `export_model` for the options."""
+    from onnxformer.builder.pretrained import is_pretrained_folder
+
+    source = pretrained_source(checkpoint) if is_pretrained_folder(checkpoint) else checkpoint_source(checkpoint)
+    return export_model(source, out, **options)
+
+
+def export_model(
+    source: ExportSource,
     out: str | os.PathLike,
     *,
     opset: int = DEFAULT_OPSET,
@@ -90,22 +145,21 @@ def export_checkpoint(
     seed: int = 0,
     progress: Progress | None = None,
 ) -> Manifest:
-    """Export a training checkpoint folder to `out`; returns the manifest written there.
+    """Export a model to `out`; returns the manifest written there.
 
     The model's blocks are held to the full-model tolerance: with trained weights their outputs are an order
     of magnitude larger than the random-weight catalogue's, and fp32 rounding grows with them (about
     1.1e-5 seen on the tiny GPT's blocks, against 1e-6 on the catalogue's).
     """
     check_opset(opset)
-    loaded = load_checkpoint(checkpoint)
-    family, model = loaded.family, loaded.model.eval()
+    family, model = source.family, source.model.eval()
     family_recipe = recipe(family)
     config = model.config
-    special = special_tokens(loaded.tokenizer)
+    special_ids = dict(source.special)
     essentials = {
         "onnxformer.family": family,
         "onnxformer.config": dataclasses.asdict(config),
-        "onnxformer.special_tokens": dataclasses.asdict(special),
+        "onnxformer.special_tokens": special_ids,
     }
     graphs = [g for g in family_recipe.graphs if attentions or g.role != "attentions"]
     own_blocks = list(model_blocks(family_recipe, model)) if blocks else []
@@ -133,20 +187,20 @@ def export_checkpoint(
         entry, *block_goldens = exported.entries
         entries += [dataclasses.replace(entry, kind="block"), *block_goldens]
         golden_graphs.append(exported.goldens)
-    tokenizer_bytes = loaded.tokenizer.to_str(pretty=True).encode()
+    tokenizer_bytes = source.tokenizer.to_str(pretty=True).encode()
     files[TOKENIZER_FILE] = tokenizer_bytes
     entries.append(
         FileEntry(
             TOKENIZER_FILE, sha256_bytes(tokenizer_bytes), len(tokenizer_bytes), "tokenizer", {}, (), ()
         )
     )
-    special_ids = {name: getattr(special, name) for name in SPECIAL_TOKENS}
     generation = family_recipe.generation(config, special_ids)
 
     def family_goldens(ids):
-        return family_recipe.end_to_end(EndToEnd(model, ids, special_ids, generation, wrappers))
+        context = EndToEnd(model, ids, special_ids, generation, wrappers, source.framing)
+        return family_recipe.end_to_end(context)
 
-    end_to_end_bytes = end_to_end(family, loaded.tokenizer, family_goldens)
+    end_to_end_bytes = end_to_end(family, source.tokenizer, family_goldens)
     files[END_TO_END_FILE] = end_to_end_bytes
     entries += golden_entries({END_TO_END_FILE: end_to_end_bytes})
     manifest = Manifest(
@@ -163,8 +217,8 @@ def export_checkpoint(
         io={graph.role: graph.io(config) for graph in graphs},
         kv_cache=family_recipe.kv_cache(config),
         generation=generation,
-        framing=family_recipe.framing,
-        extra={"checkpoint_step": loaded.step, "metrics": loaded.metrics},
+        framing=source.framing,
+        extra=source.extra,
         goldens=Goldens(tuple(golden_graphs), END_TO_END_FILE),
     )
     write_export_folder(Path(out), files, manifest)

@@ -36,7 +36,9 @@ def positions_from_mask(attention_mask: torch.Tensor, length: int) -> torch.Tens
     one-by-one generation agree. Padding positions get 0 (their outputs are never used).
     """
     counts = torch.cumsum(attention_mask.long(), dim=1) - 1  # (B, P + T)
-    return counts.clamp(min=0)[:, attention_mask.shape[1] - length :]  # (B, T)
+    # narrow, not a slice: its size is `length` by construction, which torch.export can prove (a slice's
+    # size from a symbolic start is data-dependent to it, and a rotary model's shape checks then fail).
+    return counts.clamp(min=0).narrow(1, attention_mask.shape[1] - length, length)  # (B, T)
 
 
 class Embeddings(nn.Module):

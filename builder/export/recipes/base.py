@@ -68,6 +68,7 @@ class EndToEnd:
     special: dict[str, int]  # role -> id
     generation: GenerationDefaults | None  # the manifest's generation defaults
     wrappers: dict[str, tuple[nn.Module, list[str]]]  # graph role -> (traced wrapper, its output names)
+    framing: dict[str, Framing]  # the export's framing (the recipe's, or an imported tokenizer's)
 
 
 @dataclass(frozen=True)

@@ -137,7 +137,7 @@ def end_to_end(context: EndToEnd) -> dict[str, Any]:
     embed = sentence_embedder(*context.wrappers["encoder"])
     items = []
     for text in SENTENCES:
-        fed = FRAMING["text"].ids(context.ids(text), context.special)
+        fed = context.framing["text"].ids(context.ids(text), context.special)
         vector = embed(torch.tensor([fed]))[0]  # (D,)
         items.append({"text": text, "input_ids": fed, "embedding": vector.tolist()})
     return {"embeddings": {"output": EMBEDDING, "atol": GOLDEN_ATOL, "rtol": 0.0, "items": items}}

@@ -161,9 +161,9 @@ def end_to_end(context: EndToEnd) -> dict[str, Any]:
     stop = list(context.generation.stop_tokens)
     rows = []
     for prompt, budget, stops in PROMPTS:
-        fed = FRAMING["prompt"].ids(context.ids(prompt), special)
-        if len(fed) >= model.config.max_len:
-            continue  # a model with a shorter context than this prompt
+        fed = context.framing["prompt"].ids(context.ids(prompt), special)
+        if not fed or len(fed) >= model.config.max_len:
+            continue  # nothing to start from (no <s> in an imported framing), or a context too short
         row_stop = stop if stops else []
         (result,) = generate(model, [fed], max_new_tokens=budget, stop_tokens=row_stop, pad_id=special["pad"])
         steps = len(result.tokens) + (result.finish_reason == "stop")

@@ -256,7 +256,7 @@ def end_to_end(context: EndToEnd) -> dict[str, Any]:
     stop = list(context.generation.stop_tokens)
     rows = []
     for source, budget in SOURCES:
-        fed = FRAMING["source"].ids(context.ids(source), special)
+        fed = context.framing["source"].ids(context.ids(source), special)
         (result,) = generate_seq2seq(
             model, [fed], max_new_tokens=budget, stop_tokens=stop, pad_id=special["pad"]
         )
