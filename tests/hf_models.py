@@ -15,6 +15,9 @@ CORPUS = [
     "birds sing in the morning; children play outside.",
     "Hello world, this is a tiny model for tests.",
 ] * 4
+# Weights 10x transformers' default scale (0.02): logits of order 1 rather than 0.1 at this width, so that
+# an option imported wrong shows in the parity's absolute tolerance (1e-4).
+SCALE = 0.2
 WORDS = sorted({w.strip(".,;!").lower() for line in CORPUS for w in line.split()})
 
 
@@ -120,6 +123,7 @@ def gpt2_folder(folder: Path) -> Path:
         n_layer=2,
         n_head=4,
         n_positions=80,
+        initializer_range=SCALE,
         bos_token_id=eos,
         eos_token_id=eos,
     )
@@ -148,6 +152,7 @@ def llama_folder(
         num_key_value_heads=2,
         max_position_embeddings=80,
         rope_theta=5e5,
+        initializer_range=SCALE,
         bos_token_id=1,
         eos_token_id=2,
         tie_word_embeddings=tied,
