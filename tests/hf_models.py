@@ -197,6 +197,11 @@ def t5_folder(folder: Path, *, gated: bool) -> Path:
         for name, parameter in model.named_parameters():
             if "layer_norm" in name:
                 parameter.uniform_(0.5, 1.5)
+            elif not gated and name.endswith(("q.weight", "k.weight", "v.weight", "o.weight", "wi.weight")):
+                # At the default scale the v1.0 decoder mostly copies its input token through the tied
+                # head, so greedy decoding repeats the start token whatever the source; stronger
+                # attention and FFN weights make the generated tokens depend on the source.
+                parameter.mul_(3.0)
     model.save_pretrained(folder)
     save_tokenizer(folder, tok, {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"})
     return folder

@@ -311,7 +311,7 @@ def test_greedy_generation_equals_transformers(hf_folders: dict[str, Path], name
         pad_token_id=pad,
     )
     expected = hf_new_tokens(sequences, ids.shape[1], eos)
-    print(f"\n{name} batch {batch}: {[len(g.tokens) for g in got]} tokens, first row {got[0].tokens}")
+    print(f"\n{name} batch {batch}: {[g.tokens for g in got]}")
     assert [g.tokens for g in got] == expected
     assert all(len(g.tokens) == NEW_TOKENS or g.finish_reason == "stop" for g in got)
     assert len(got[0].tokens) > 0
@@ -344,7 +344,7 @@ def test_greedy_seq2seq_equals_transformers(hf_folders: dict[str, Path], name: s
         cache=EncoderDecoderCache(DynamicCache(), DynamicCache()),
     )
     expected = hf_new_tokens(sequences, 1, eos)  # after the decoder start token
-    print(f"\n{name} batch {batch}: {[len(g.tokens) for g in got]} tokens, first row {got[0].tokens}")
+    print(f"\n{name} batch {batch}: {[g.tokens for g in got]}")
     assert [g.tokens for g in got] == expected
     assert len(got[0].tokens) > 0
 
