@@ -15,8 +15,9 @@ CORPUS = [
     "birds sing in the morning; children play outside.",
     "Hello world, this is a tiny model for tests.",
 ] * 4
-# Weights 10x transformers' default scale (0.02): logits of order 1 rather than 0.1 at this width, so that
-# an option imported wrong shows in the parity's absolute tolerance (1e-4).
+# Weights 10x transformers' default scale (0.02): logits (and BERT's pooler and classifier outputs) of
+# order 1 rather than 0.1 or less at this width, so that an option imported wrong shows in the parity's
+# absolute tolerance (1e-4).
 SCALE = 0.2
 WORDS = sorted({w.strip(".,;!").lower() for line in CORPUS for w in line.split()})
 
@@ -105,6 +106,7 @@ def bert_folder(folder: Path, architecture: str = "BertModel") -> Path:
         max_position_embeddings=80,
         num_labels=3,
         layer_norm_eps=1e-12,
+        initializer_range=SCALE,
     )
     torch.manual_seed(0)
     getattr(transformers, architecture)(config).eval().save_pretrained(folder)

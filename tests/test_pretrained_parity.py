@@ -124,8 +124,9 @@ def test_bert_matches_transformers(
     mine, hf = ours(folder), theirs(folder, BERT[name])
     assert mine.architecture == BERT[name]
     ids, mask = padded(lengths_of(batch, length), mine.config.vocab_size, side="right", pad_id=0)
-    out = mine.model(ids, attention_mask=mask)
-    ref = hf(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+    segments = (torch.arange(ids.shape[1]) >= length // 2).long().expand_as(ids) * mask  # a pair: A then B
+    out = mine.model(ids, attention_mask=mask, token_type_ids=segments)
+    ref = hf(input_ids=ids, attention_mask=mask, token_type_ids=segments, output_hidden_states=True)
     diffs = {"hidden": max_diff(out.hidden, ref.hidden_states[-1], mask)}
     if name == "bert":
         assert out.mlm_logits is None and out.class_logits is None
