@@ -109,7 +109,7 @@ def from_pretrained(path: str | os.PathLike) -> Pretrained:
     hf = read_config(folder)
     name = architecture_of(hf)
     architecture = ARCHITECTURES[name]
-    tensors = read_weights(folder)
+    tensors = read_weights(folder, architecture=name)
     sentence = _sentence_modules(folder) if architecture.family == "bert" else {}
     config = architecture.config(hf, tensors, **sentence) if sentence else architecture.config(hf, tensors)
     model = FAMILIES[architecture.family].model(config)

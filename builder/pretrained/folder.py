@@ -62,8 +62,9 @@ def read_config(folder: Path) -> dict[str, Any]:
     )
 
 
-def read_weights(folder: Path) -> dict[str, torch.Tensor]:
-    """Every tensor of the folder's safetensors weights, as fp32 (integer buffers keep their dtype)."""
+def read_weights(folder: Path, *, architecture: str = "AutoModel") -> dict[str, torch.Tensor]:
+    """Every tensor of the folder's safetensors weights, as fp32 (integer buffers keep their dtype).
+    `architecture` (config.json's) names the transformers class in the hint for a pickled checkpoint."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -76,7 +77,8 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
         pickled = [name for name in ("pytorch_model.bin", "model.bin") if (folder / name).exists()]
         hint = (
             f"; {pickled[0]} is a pickle, which onnxformer does not load (it can run code): convert it "
-            "with transformers: `AutoModel.from_pretrained(path).save_pretrained(path)` writes safetensors"
+            f"with transformers: `transformers.{architecture}.from_pretrained(path).save_pretrained(path)` "
+            "writes model.safetensors (the class config.json names: AutoModel would drop the heads)"
             if pickled
             else ""
         )
