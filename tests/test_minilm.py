@@ -18,6 +18,7 @@ import pytest
 from onnxformer.builder.data import generate_sentences
 from onnxformer.builder.export.models import export_checkpoint
 from onnxformer.runtime import load
+from onnxformer.runtime.folder import ExportFolder
 
 ROOT = Path(__file__).resolve().parents[1]
 NODE_HOST = ROOT / "hosts" / "node"
@@ -96,6 +97,17 @@ def test_runtime_embeddings_equal_sentence_transformers(
     assert diff <= TOLERANCE
 
 
+def test_goldens_pass_in_tract(minilm_export: Path) -> None:
+    sys.path.insert(0, str(ROOT / "tests" / "runtime"))
+    from test_engines import _goldens_in_tract
+
+    results = _goldens_in_tract(ExportFolder.open(minilm_export))
+    failed = [(r.file, r.label, r.problem) for r in results if not r.ok]
+    worst = max(r.max_abs_diff or 0.0 for r in results)
+    print(f"all-MiniLM-L6-v2 on tract: {len(results)} golden cases, max abs diff {worst:.1e}")
+    assert results and not failed, failed[:5]
+
+
 def test_node_embeddings_equal_sentence_transformers(
     minilm_export: Path, reference: tuple[list[str], np.ndarray], tmp_path: Path
 ) -> None:
@@ -116,6 +128,14 @@ def test_node_embeddings_equal_sentence_transformers(
     (tmp_path / "embed.mjs").write_text(script)
     done = subprocess.run([node, str(tmp_path / "embed.mjs")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+    verified = subprocess.run(
+        [node, "bin/verify.js", str(minilm_export), "--engine", "all"],
+        cwd=NODE_HOST,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert verified.returncode == 0, verified.stdout[-2000:] + verified.stderr[-2000:]
     got = np.array(json.loads((tmp_path / "out.json").read_text()), dtype=np.float32)
     diff = float(np.abs(got - expected).max())
     print(f"all-MiniLM-L6-v2 in onnxruntime-node, {len(texts)} sentences: max abs diff {diff:.1e}")

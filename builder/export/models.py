@@ -128,7 +128,9 @@ def export_checkpoint(
     model.safetensors, tokenizer.json), to `out`; see `export_model` for the options."""
     from onnxformer.builder.pretrained import is_pretrained_folder
 
-    source = pretrained_source(checkpoint) if is_pretrained_folder(checkpoint) else checkpoint_source(checkpoint)
+    source = (
+        pretrained_source(checkpoint) if is_pretrained_folder(checkpoint) else checkpoint_source(checkpoint)
+    )
     return export_model(source, out, **options)
 
 

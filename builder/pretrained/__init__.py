@@ -79,9 +79,11 @@ def _sentence_modules(folder: Path) -> dict[str, Any]:
     """Pooling and Normalize of a sentence-transformers folder as BERT options ({} for a plain folder)."""
     if not (folder / "modules.json").is_file():
         return {}
-    modules = read_json(folder / "modules.json", what="the sentence-transformers modules")
+    modules = read_json(folder / "modules.json", what="the sentence-transformers modules", kind=list)
     kinds = {}
-    for module in modules if isinstance(modules, list) else []:
+    for module in modules:
+        if not isinstance(module, dict):
+            raise ModelImportError(f"{folder / 'modules.json'} lists {module!r}, not a module object")
         kind = str(module.get("type", "")).rsplit(".", 1)[-1]
         kinds[kind] = module
     unknown = sorted(set(kinds) - {"Transformer", "Pooling", "Normalize"})

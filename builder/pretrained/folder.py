@@ -36,7 +36,8 @@ def is_pretrained_folder(path: str | os.PathLike) -> bool:
     return isinstance(data, dict) and ("model_type" in data or "architectures" in data)
 
 
-def read_json(path: Path, *, what: str) -> dict[str, Any]:
+def read_json(path: Path, *, what: str, kind: type = dict) -> Any:
+    """A JSON file holding a `kind` (an object unless told otherwise)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -45,8 +46,9 @@ def read_json(path: Path, *, what: str) -> dict[str, Any]:
         raise ModelImportError(
             f"{path} is not valid JSON ({error}); restore the file the model came with"
         ) from None
-    if not isinstance(data, dict):
-        raise ModelImportError(f"{path} must hold a JSON object, got {type(data).__name__}")
+    if not isinstance(data, kind):
+        expected = "a JSON object" if kind is dict else f"a JSON {kind.__name__}"
+        raise ModelImportError(f"{path} must hold {expected}, got {type(data).__name__}")
     return data
 
 
