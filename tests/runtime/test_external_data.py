@@ -74,15 +74,23 @@ def _honest(index: int, offset: int, length: int) -> tuple[str, str, str]:
     return WEIGHTS, str(offset), str(length)
 
 
-def _make(folder: Path, location_of=_honest, *, listed: str | None = WEIGHTS, kind: str = "weights") -> list:
-    """Rewrite folder's decoder.onnx to keep its weights in decoder.onnx.data and fix the manifest."""
-    model, weights, moved = _externalize((folder / GRAPH).read_bytes(), location_of)
-    assert moved, "the reference decoder has initializers to move"
-    (folder / GRAPH).write_bytes(model)
-    (folder / WEIGHTS).write_bytes(weights)
+def _make(
+    folder: Path,
+    location_of=_honest,
+    *,
+    listed: str | None = WEIGHTS,
+    kind: str = "weights",
+    graph: str = GRAPH,
+) -> list:
+    """Rewrite folder's decoder.onnx (or `graph`) to keep its weights in decoder.onnx.data (or `listed`)
+    and fix the manifest."""
+    model, weights, moved = _externalize((folder / graph).read_bytes(), location_of)
+    assert moved, "the reference graph has initializers to move"
+    (folder / graph).write_bytes(model)
+    (folder / (listed or WEIGHTS)).write_bytes(weights)
     manifest = json.loads((folder / "manifest.json").read_text())
     for entry in manifest["files"]:
-        if entry["path"] == GRAPH:
+        if entry["path"] == graph:
             entry["sha256"], entry["size"] = sha256_bytes(model), len(model)
     if listed is not None:
         manifest["files"].append(
@@ -91,7 +99,7 @@ def _make(folder: Path, location_of=_honest, *, listed: str | None = WEIGHTS, ki
                 "sha256": sha256_bytes(weights),
                 "size": len(weights),
                 "kind": kind,
-                "options": {"graph": GRAPH},
+                "options": {"graph": graph},
                 "inputs": [],
                 "outputs": [],
             }
@@ -301,3 +309,21 @@ def test_external_data_outside_the_main_initializers_is_refused(export: Path) ->
     entry["sha256"], entry["size"] = sha256_bytes(model), len(model)
     (export / "manifest.json").write_text(json.dumps(manifest))
     _fails(export, "allowed only for the main graph's initializers")
+
+
+def test_a_triton_repository_carries_the_external_weights_beside_model_onnx(tmp_path: Path) -> None:
+    from onnxformer.runtime.serving.triton import write_repository
+
+    bert = tmp_path / "bert"
+    shutil.copytree(EXPORTED / "bert", bert)
+    location = "encoder.onnx.data"
+    _make(
+        bert,
+        lambda index, offset, length: (location, str(offset), str(length)),
+        listed=location,
+        graph="encoder.onnx",
+    )
+    names = write_repository(bert, tmp_path / "repo")
+    version = tmp_path / "repo" / names[0] / "1"
+    assert (version / "model.onnx").read_bytes() == (bert / "encoder.onnx").read_bytes()
+    assert (version / location).read_bytes() == (bert / location).read_bytes()
