@@ -31,6 +31,7 @@ link to a file outside the folder. Copy an export with `cp -r`, not `cp -l`.
 
 import errno
 import hashlib
+import io
 import os
 import posixpath
 import stat
@@ -134,7 +135,8 @@ class ExportFolder:
         external data, those tensors built from its weights file (read once, size and sha256 checked)."""
         entry, data = self._read_checked(relative)
         tensors = self._external_tensors(entry, data)
-        weights = {path: self._read_checked(path)[1] for path in sorted({path for path, _ in tensors})}
+        paths = sorted({path for path, _ in tensors})
+        weights = {path: self._read_checked(path, buffer=True)[1] for path in paths}
         initializers = {}
         for path, tensor in tensors:
             array = np.frombuffer(
@@ -145,12 +147,13 @@ class ExportFolder:
             )
             if not array.flags.aligned:  # an offset that is no multiple of the item size: copy it aligned
                 array = array.copy()
+            array.setflags(write=False)  # the checked bytes stay as checked
             initializers[tensor.name] = array.reshape(tensor.dims)
         return GraphBytes(data, initializers)
 
-    def _read_checked(self, relative: str) -> tuple[FileEntry, bytes]:
+    def _read_checked(self, relative: str, *, buffer: bool = False) -> tuple[FileEntry, bytes | bytearray]:
         entry = self.manifest.file(relative)
-        data = read_inside(self.root, entry.path, size=entry.size)
+        data = read_inside(self.root, entry.path, size=entry.size, buffer=buffer)
         _check(entry, data)
         return entry, data
 
@@ -223,15 +226,19 @@ def plain_parts(relative: object) -> tuple[str, ...]:
     return parts
 
 
-def read_inside(root: Path, relative: str, *, size: int | None, limit: int | None = None) -> bytes:
+def read_inside(
+    root: Path, relative: str, *, size: int | None, limit: int | None = None, buffer: bool = False
+) -> bytes | bytearray:
     """The bytes of `relative` under `root`, opened as described in the module docstring.
 
     `size` (the manifest's) is checked before reading; otherwise at most `limit` bytes are accepted.
+    With `buffer` (and a `size`), the file is read into one bytearray of that size and returned as is:
+    a weights file of many gigabytes is then held once, not twice (chunks, then joined bytes).
     """
     parts = plain_parts(relative)
     shown = root.joinpath(*parts)
     if not _WALK_BY_FD:  # no openat (Windows): check by path, then open without following the last link
-        return _read_by_path(root, parts, shown, size=size, limit=limit)
+        return _read_by_path(root, parts, shown, size=size, limit=limit, buffer=buffer)
     fds = []
     try:
         fds.append(_open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0), None, shown))
@@ -245,7 +252,7 @@ def read_inside(root: Path, relative: str, *, size: int | None, limit: int | Non
         if (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
             raise ManifestError(f"{shown} was replaced while it was being opened; refusing it")
         _check_stat(after, shown, size=size, limit=limit)
-        return _read_fd(fd, shown, size=size, limit=limit)
+        return _read_fd(fd, shown, size=size, limit=limit, buffer=buffer)
     finally:
         for fd in reversed(fds):
             os.close(fd)
@@ -282,8 +289,8 @@ def _check_kind_and_limit(info: os.stat_result, shown: Path, limit: int) -> None
 
 
 def _read_by_path(
-    root: Path, parts: tuple[str, ...], shown: Path, *, size: int | None, limit: int | None
-) -> bytes:
+    root: Path, parts: tuple[str, ...], shown: Path, *, size: int | None, limit: int | None, buffer: bool
+) -> bytes | bytearray:
     for depth in range(1, len(parts) + 1):
         if root.joinpath(*parts[:depth]).is_symlink():
             raise ManifestError(f"{shown} goes through a symbolic link; refusing it")
@@ -291,7 +298,7 @@ def _read_by_path(
     fd = _open(shown, _FILE_FLAGS | getattr(os, "O_BINARY", 0), None, shown)
     try:
         _check_stat(os.fstat(fd), shown, size=size, limit=limit)
-        return _read_fd(fd, shown, size=size, limit=limit)
+        return _read_fd(fd, shown, size=size, limit=limit, buffer=buffer)
     finally:
         os.close(fd)
 
@@ -344,8 +351,24 @@ def _check_stat(info: os.stat_result, shown: Path, *, size: int | None, limit: i
         )
 
 
-def _read_fd(fd: int, shown: Path, *, size: int | None, limit: int | None) -> bytes:
+def _read_fd(
+    fd: int, shown: Path, *, size: int | None, limit: int | None, buffer: bool = False
+) -> bytes | bytearray:
     """Exactly the expected bytes; one more than expected (a file growing while read) is refused."""
+    if buffer and size is not None:
+        data = bytearray(size)
+        view, total = memoryview(data), 0
+        with io.FileIO(fd, closefd=False) as handle:
+            while total < size:
+                count = handle.readinto(view[total : total + (1 << 24)])
+                if not count:
+                    break
+                total += count
+            grew = bool(handle.read(1))
+        view.release()
+        if grew:
+            raise ManifestError(f"{shown} grew while it was read; refusing it")
+        return data if total == size else data[:total]  # a short read: `_check` names the sizes
     most = size if size is not None else limit
     chunks, total = [], 0
     while True:

@@ -265,6 +265,12 @@ def test_altered_weights_are_refused_by_their_sha256(export: Path) -> None:
     _fails(export, "does not match its sha256")
 
 
+def test_truncated_weights_are_refused_by_their_size(export: Path) -> None:
+    _make(export)
+    (export / WEIGHTS).write_bytes((export / WEIGHTS).read_bytes()[:-1])
+    _fails(export, "truncated or altered")
+
+
 def test_weights_not_listed_or_listed_for_another_graph_are_refused(export: Path) -> None:
     _make(export, listed=None)
     _fails(export, "does not list as decoder.onnx's weights")
