@@ -81,6 +81,7 @@ def _make(
     listed: str | None = WEIGHTS,
     kind: str = "weights",
     graph: str = GRAPH,
+    owner: str | None = None,
 ) -> list:
     """Rewrite folder's decoder.onnx (or `graph`) to keep its weights in decoder.onnx.data (or `listed`)
     and fix the manifest."""
@@ -99,7 +100,7 @@ def _make(
                 "sha256": sha256_bytes(weights),
                 "size": len(weights),
                 "kind": kind,
-                "options": {"graph": graph},
+                "options": {"graph": owner or graph},
                 "inputs": [],
                 "outputs": [],
             }
@@ -271,8 +272,9 @@ def test_truncated_weights_are_refused_by_their_size(export: Path) -> None:
     _fails(export, "truncated or altered")
 
 
-def test_weights_not_listed_or_listed_for_another_graph_are_refused(export: Path) -> None:
-    _make(export, listed=None)
+@pytest.mark.parametrize("listing", [{"listed": None}, {"owner": "attentions.onnx"}])
+def test_weights_not_listed_or_listed_for_another_graph_are_refused(export: Path, listing: dict) -> None:
+    _make(export, **listing)
     _fails(export, "does not list as decoder.onnx's weights")
 
 
