@@ -29,7 +29,7 @@ from onnxformer.runtime.session import create_session
 @pytest.fixture(scope="module")
 def external_gpt(tiny_checkpoints: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("external") / "gpt"
-    # No blocks: they go through the same externalize_graphs call, and they would double the export's ~15 s.
+    # No blocks: they go through the same pipeline call, and they would double the export's ~15 s.
     export_checkpoint(tiny_checkpoints["gpt"], out, external_data=True, blocks=False)
     return out
 

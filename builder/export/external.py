@@ -4,25 +4,25 @@
 
 keeps the graph's structure (and its small initializers) in `model` and appends every large initializer's
 bytes to `weights`, each at an offset aligned to `ALIGNMENT`, the tensor pointing at it through ONNX's
-`external_data` (location, offset, length). `externalize_graphs` does that to the graphs of an export and
-lists each weights file in the manifest as that graph's (kind `WEIGHTS_KIND`, options `{"graph": path}`),
-with its size and sha256, which is all the runtime will read external data from (runtime/folder.py).
+`external_data` (location, offset, length). The export pipeline (`pipeline.export_one`) does that with
+`move_weights_out` on the in-memory ModelProto, before the graph is serialised or checked, so a model
+past 2 GB never has to fit in one protobuf; it lists each weights file in the manifest as that graph's
+(kind `WEIGHTS_KIND`, options `{"graph": path}`), with its size and sha256, which is all the runtime will
+read external data from (runtime/folder.py).
 
 When: `external_data=None` (the default) moves a graph's weights out only when its serialized size would
 pass `EXTERNAL_THRESHOLD`, so every model that fits stays one self-contained .onnx file; `True` forces it
 (the tests use it on tiny models), `False` never does it.
 """
 
-import dataclasses
 import posixpath
-from collections.abc import Iterable
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 from onnxformer.runtime.errors import ExportError
-from onnxformer.runtime.folder import sha256_bytes
+from onnxformer.runtime.folder import GraphBytes, external_tensors, sha256_bytes
 from onnxformer.runtime.manifest import WEIGHTS_KIND, FileEntry
 from onnxformer.runtime.tensorproto import DATA_TYPES
 
@@ -83,31 +83,33 @@ def externalize_proto(
     return b"".join(chunks)
 
 
-def externalize_graphs(
-    files: dict[str, bytes],
-    entries: list[FileEntry],
-    graphs: Iterable[str],
-    *,
-    external_data: bool | None,
-) -> tuple[dict[str, bytes], list[FileEntry]]:
-    """`files` and `entries` of an export with the weights of `graphs` (paths) moved out where
-    `wants_external` says so: each such graph's entry gets its new size and sha256, and its weights
-    file is listed right after it. Nothing changes for a graph that stays inline."""
-    files, entries = dict(files), list(entries)
-    for graph in graphs:
-        if not wants_external(len(files[graph]), external_data):
-            continue
-        model, weights = externalize(files[graph], location=posixpath.basename(weights_path(graph)))
-        if not weights:
-            continue  # no initializer large enough to move: the graph stays self-contained
-        files[graph], files[weights_path(graph)] = model, weights
-        index = next(i for i, entry in enumerate(entries) if entry.path == graph)
-        entries[index] = dataclasses.replace(entries[index], sha256=sha256_bytes(model), size=len(model))
-        listed = FileEntry(
-            weights_path(graph), sha256_bytes(weights), len(weights), WEIGHTS_KIND, {"graph": graph}, (), ()
-        )
-        entries.insert(index + 1, listed)
-    return files, entries
+def move_weights_out(model: onnx.ModelProto, graph: str, external_data: bool | None) -> bytes:
+    """In the export pipeline, before the graph is ever serialised: move `model`'s weights out in place
+    when `wants_external` says so (by its in-memory size, which may pass 2 GB); returns the weights
+    file's bytes (b"" when the graph stays self-contained)."""
+    if not wants_external(model.ByteSize(), external_data):
+        return b""
+    return externalize_proto(model, location=posixpath.basename(weights_path(graph)))
+
+
+def weights_entry(graph: str, weights: bytes) -> FileEntry:
+    """The manifest entry of a graph's weights file."""
+    return FileEntry(
+        weights_path(graph), sha256_bytes(weights), len(weights), WEIGHTS_KIND, {"graph": graph}, (), ()
+    )
+
+
+def graph_bytes(model: bytes, weights: bytes) -> bytes | GraphBytes:
+    """What ONNX Runtime is given for a graph and its weights file: the plain bytes when there are no
+    weights, else the graph with its external tensors sliced from `weights` (as the runtime does)."""
+    if not weights:
+        return model
+    tensors = {}
+    for tensor in external_tensors(model, name="the exported graph"):
+        count = int(np.prod(tensor.dims, dtype=np.int64))
+        flat = np.frombuffer(weights, dtype=tensor.dtype, count=count, offset=tensor.offset)
+        tensors[tensor.name] = flat.reshape(tensor.dims)
+    return GraphBytes(model, tensors)
 
 
 def _little_endian_bytes(tensor: onnx.TensorProto) -> bytes:

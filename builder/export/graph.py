@@ -61,8 +61,10 @@ def export_graph(
     dim_names: dict[str, tuple[str | None, ...]],
     opset: int = DEFAULT_OPSET,
     metadata: dict[str, object] | None = None,
+    check: bool = True,
 ) -> onnx.ModelProto:
-    """Trace `module` on `example` (sizes >= 2 on dynamic axes) and return a checked ModelProto.
+    """Trace `module` on `example` (sizes >= 2 on dynamic axes) and return a ModelProto, checked by
+    onnx.checker unless `check=False` (the pipeline checks after moving large weights out).
 
     `example` maps the module's forward parameter names to inputs: tensors, or nested tuples of tensors (a
     KV cache). `dim_names` maps each flattened graph input name, in order, to its axis names (None = fixed
@@ -103,11 +105,17 @@ def export_graph(
         prop = model.metadata_props.add()
         prop.key = key
         prop.value = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    if check:
+        check_graph(model)
+    return model
+
+
+def check_graph(model: onnx.ModelProto) -> None:
+    """onnx.checker with shape inference; ExportError when it fails."""
     try:
         onnx.checker.check_model(model, full_check=True)
     except onnx.checker.ValidationError as error:
         raise ExportError(f"the exported graph fails onnx.checker: {error}") from error
-    return model
 
 
 def _rename_dims(model: onnx.ModelProto, dim_names: dict[str, tuple[str | None, ...]]) -> None:

@@ -24,7 +24,6 @@ from torch import nn
 
 from onnxformer.builder.export.blocks import block_graph
 from onnxformer.builder.export.catalog import BlockDims, BlockSpec
-from onnxformer.builder.export.external import externalize_graphs
 from onnxformer.builder.export.folder import write_export_folder
 from onnxformer.builder.export.goldens import END_TO_END_FILE, end_to_end, golden_entries
 from onnxformer.builder.export.graph import DEFAULT_OPSET, check_opset
@@ -180,7 +179,9 @@ def export_model(
             progress(graph.filename, index, total)
         wrapper = graph.wrapper(model).eval()
         spec = model_graph(graph, model, family=family, seed=seed, metadata=essentials)
-        exported = export_one(spec, wrapper, opset=opset, tolerance=tolerance, rtol=rtol)
+        exported = export_one(
+            spec, wrapper, opset=opset, tolerance=tolerance, rtol=rtol, external_data=external_data
+        )
         files |= exported.files
         entries += exported.entries
         golden_graphs.append(exported.goldens)
@@ -189,13 +190,13 @@ def export_model(
         if progress is not None:
             progress(spec.filename, index, total)
         graph = block_graph(spec, dims=_dims(config), opset=opset, seed=seed, metadata=essentials)
-        exported = export_one(graph, module, opset=opset, tolerance=block_tolerance)
+        exported = export_one(
+            graph, module, opset=opset, tolerance=block_tolerance, external_data=external_data
+        )
         files |= exported.files
         entry, *block_goldens = exported.entries
         entries += [dataclasses.replace(entry, kind="block"), *block_goldens]
         golden_graphs.append(exported.goldens)
-    onnx_files = [entry.path for entry in entries if entry.path.endswith(".onnx")]
-    files, entries = externalize_graphs(files, entries, onnx_files, external_data=external_data)
     tokenizer_bytes = source.tokenizer.to_str(pretty=True).encode()
     files[TOKENIZER_FILE] = tokenizer_bytes
     entries.append(

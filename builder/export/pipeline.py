@@ -15,8 +15,9 @@ from typing import Any
 
 from torch import nn
 
+from onnxformer.builder.export.external import graph_bytes, move_weights_out, weights_entry, weights_path
 from onnxformer.builder.export.goldens import GoldenRecorder, golden_entries
-from onnxformer.builder.export.graph import DEFAULT_OPSET, export_graph, io_specs
+from onnxformer.builder.export.graph import DEFAULT_OPSET, check_graph, export_graph, io_specs
 from onnxformer.builder.export.parity import Cases, measure_parity
 from onnxformer.runtime.errors import ExportError
 from onnxformer.runtime.folder import sha256_bytes
@@ -55,8 +56,13 @@ def export_one(
     opset: int = DEFAULT_OPSET,
     tolerance: float,
     rtol: float = 0.0,
+    external_data: bool | None = None,
 ) -> Exported:
-    """Export `module` as `spec` describes and prove it; a parity miss raises `ParityError`."""
+    """Export `module` as `spec` describes and prove it; a parity miss raises `ParityError`.
+
+    `external_data` (see builder/export/external.py): None moves the weights into `<graph>.data` only
+    when the graph would pass protobuf's 2 GB limit, True always, False never. The weights move before the
+    graph is serialised, and ONNX Runtime runs the parity cases on the graph as the runtime will load it."""
     module.eval()
     model = export_graph(
         module,
@@ -65,10 +71,13 @@ def export_one(
         dim_names=spec.dim_names,
         opset=opset,
         metadata=spec.metadata,
+        check=False,
     )
+    weights = move_weights_out(model, spec.filename, external_data)
+    check_graph(model)
     data = model.SerializeToString()
     try:
-        session = create_session(data, device="cpu")
+        session = create_session(graph_bytes(data, weights), device="cpu")
     except Exception as error:
         raise ExportError(f"{spec.filename}: ONNX Runtime cannot load the exported graph: {error}") from error
     recorder = GoldenRecorder(None if spec.golden_labels is None else set(spec.golden_labels))
@@ -95,9 +104,12 @@ def export_one(
         outputs=outputs,
         parity=parity,
     )
-    return Exported(
-        {spec.filename: data, **golden_files}, [entry, *golden_entries(golden_files)], golden_graph
-    )
+    files = {spec.filename: data, **golden_files}
+    listed = [entry]
+    if weights:
+        files[weights_path(spec.filename)] = weights
+        listed.append(weights_entry(spec.filename, weights))
+    return Exported(files, [*listed, *golden_entries(golden_files)], golden_graph)
 
 
 def reprove(
