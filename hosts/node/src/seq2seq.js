@@ -4,14 +4,20 @@
  * A source is framed as manifest `framing.source` says (the text's tokens + </s> for T5). The encoder runs
  * once and also returns each decoder layer's cross-attention keys and values, which every decoder step
  * reuses; the decoder starts from `generation.decoder_start_token_id` with the empty self-attention cache
- * and decodes greedily. The decoder's context is max_len positions, the start token included.
+ * and decodes greedily or samples (temperature, topK, topP, seed: the Python runtime's draws, see
+ * sampling.js), options left unset taking the export's defaults (manifest `generation`). The decoder's
+ * context is max_len positions, the start token included. Python's TextToText with camelCase options;
+ * beam search (num_beams > 1) is Python's only.
  */
 
-import { checkIds, checkOptions, greedyDecode, lastPosition } from "./decoding.js";
+import { checkIdRows, checkOptionNames, checkOptions, checkTexts, decode, lastPosition } from "./decoding.js";
 import { InputError, ManifestError } from "./errors.js";
 import { CacheLayout } from "./kvcache.js";
 import { generationDefaults, pick } from "./manifest.js";
 import { ExportModel } from "./model.js";
+import { Sampler, samplingConfig } from "./sampling.js";
+
+const OPTIONS = ["maxNewTokens", "numBeams", "temperature", "topK", "topP", "seed", "stopTokens"];
 
 export class TextToText extends ExportModel {
   static task = "seq2seq";
@@ -39,41 +45,71 @@ export class TextToText extends ExportModel {
     return super.frame(text);
   }
 
-  /** The greedy output text for `text`. */
+  /** The output text for `text` (a string), or for each text (an array in, an array out). */
   async generate(text, options = {}) {
-    const { tokens } = await this.generateIds(this.frame(text), options);
-    return this.tokenizer.decode(tokens);
+    const single = typeof text === "string";
+    const texts = single ? [text] : checkTexts(text, { what: "text" });
+    const rows = texts.map((item, index) => {
+      if (typeof item !== "string" || item === "") {
+        const what = single ? "text" : `text ${index}`;
+        throw new InputError(`${what} must be a non-empty string; give the text to transform`);
+      }
+      return super.frame(item, { what: single ? "text" : `text ${index}` });
+    });
+    const results = await this.generateIds(single ? rows[0] : rows, options);
+    const outputs = (single ? [results] : results).map(({ tokens }) => this.tokenizer.decode(tokens));
+    return single ? outputs[0] : outputs;
   }
 
   /**
-   * Greedy generation from framed source ids (</s> included).
+   * Generation from framed source ids (</s> included): one row (an array of ids) gives one result, an
+   * array of rows an array of results, each row decoded as it would be alone.
    * @returns {Promise<{tokens: number[], finishReason: "stop"|"length"}>} new tokens, no stop token
    */
-  async generateIds(sourceIds, { maxNewTokens, stopTokens } = {}) {
-    const options = {
-      maxNewTokens: maxNewTokens ?? this.generation.max_new_tokens,
-      stopTokens: stopTokens ?? this.generation.stop_tokens,
+  async generateIds(sourceIds, options = {}) {
+    checkOptionNames(options, OPTIONS, { what: "generate" });
+    const { numBeams = 1 } = options;
+    if (numBeams !== 1) {
+      throw new InputError(
+        `numBeams ${JSON.stringify(numBeams)}: this host decodes greedily or samples (numBeams 1); ` +
+          "beam search runs in the Python runtime (TextToText.generate(..., num_beams=4))",
+      );
+    }
+    const checked = {
+      maxNewTokens: options.maxNewTokens ?? this.generation.max_new_tokens,
+      stopTokens: options.stopTokens ?? this.generation.stop_tokens,
     };
-    checkOptions(options, { vocabSize: this.vocabSize });
-    const source = checkIds(sourceIds, { vocabSize: this.vocabSize, limit: this.maxLen, what: "source" });
-    const memory = await this.#encode(source);
-    const step = async (ids, cache, total) => {
-      const feeds = pick(this.io.decoder, {
-        decoder_input_ids: this.engine.ids(ids),
-        decoder_attention_mask: this.engine.ones(total),
-        encoder_attention_mask: memory.mask,
-      });
-      const outputs = await this.graphs.decoder.run({ ...feeds, ...memory.cross, ...cache }, [
-        this.logits,
-        ...this.cache.presentNames,
-      ]);
-      return { logits: lastPosition(outputs[this.logits]), cache: this.cache.next(outputs) };
-    };
-    const budget = Math.min(options.maxNewTokens, this.maxLen);
-    return greedyDecode(step, [this.startToken], this.cache.empty(this.engine), {
-      budget,
-      stopTokens: options.stopTokens,
+    checkOptions(checked, { vocabSize: this.vocabSize });
+    const sampling = samplingConfig(options, this.generation);
+    const { single, rows } = checkIdRows(sourceIds, {
+      vocabSize: this.vocabSize,
+      limit: this.maxLen,
+      what: "source",
     });
+    const results = [];
+    for (const source of rows) {
+      const memory = await this.#encode(source);
+      const step = async (ids, cache, total) => {
+        const feeds = pick(this.io.decoder, {
+          decoder_input_ids: this.engine.ids(ids),
+          decoder_attention_mask: this.engine.ones(total),
+          encoder_attention_mask: memory.mask,
+        });
+        const outputs = await this.graphs.decoder.run({ ...feeds, ...memory.cross, ...cache }, [
+          this.logits,
+          ...this.cache.presentNames,
+        ]);
+        return { logits: lastPosition(outputs[this.logits]), cache: this.cache.next(outputs) };
+      };
+      const sampler = new Sampler(sampling, 1); // each row seeded as Python seeds its row
+      const result = await decode(step, [this.startToken], this.cache.empty(this.engine), {
+        budget: Math.min(checked.maxNewTokens, this.maxLen),
+        stopTokens: checked.stopTokens,
+        choose: (logits) => sampler.choose(logits),
+      });
+      results.push(result);
+    }
+    return single ? results[0] : results;
   }
 
   /** Encode once: the encoder mask and every layer's cross keys/values (1, H, S, Dh). */
