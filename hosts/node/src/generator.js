@@ -58,7 +58,12 @@ export class TextGenerator extends ExportModel {
     const request = this.#request(this.#frameAll(single ? [prompt] : prompt), options, TEXT_OPTIONS);
     const texts = [];
     for (const row of request.rows) {
-      const { tokens } = await decode(this.#step, row, this.cache.empty(this.engine), this.#loop(request, row));
+      const { tokens } = await decode(
+        this.#step,
+        row,
+        this.cache.empty(this.engine),
+        this.#loop(request, row),
+      );
       texts.push(cut(this.tokenizer.decode(tokens), request.stop));
     }
     return single ? texts[0] : texts;
@@ -100,7 +105,12 @@ export class TextGenerator extends ExportModel {
   async *#stream(request) {
     const [row] = request.rows;
     let emitted = 0;
-    for await (const state of decodeSteps(this.#step, row, this.cache.empty(this.engine), this.#loop(request, row))) {
+    for await (const state of decodeSteps(
+      this.#step,
+      row,
+      this.cache.empty(this.engine),
+      this.#loop(request, row),
+    )) {
       const text = this.tokenizer.decode(state.tokens);
       let end = cut(text, request.stop).length;
       if (state.finishReason === null) end = Math.min(end, finalEnd(text, request.stop));
