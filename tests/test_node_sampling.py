@@ -188,3 +188,78 @@ def test_t5_seeded_generations_equal_python() -> None:
     for call, mine, theirs in zip(calls, got, expected, strict=True):
         assert mine == theirs, f"{call['options']} {call['method']}({call['input']!r})"
     print(f"{len(calls)} T5 calls equal in Node and Python")
+
+
+def test_t5_beam_search_equals_python() -> None:
+    t5 = load(EXPORTED / "t5", threads=1)
+    texts = ["The cat chased the dog.", "a bird sang", "The dog saw the cat."]
+    rows = [t5.frame(text) for text in texts]
+    cases = [{"num_beams": 2}, {"num_beams": 4, "length_penalty": 0.6}, {"num_beams": 3, "max_new_tokens": 5}]
+    names = {"num_beams": "numBeams", "length_penalty": "lengthPenalty", "max_new_tokens": "maxNewTokens"}
+    calls, expected = [], []
+    for options in cases:
+        calls.append(
+            {"method": "generateIds", "input": rows, "options": {names[k]: v for k, v in options.items()}}
+        )
+        expected.append(t5.generate_ids(rows, **options))
+        calls.append(
+            {"method": "generate", "input": texts, "options": {names[k]: v for k, v in options.items()}}
+        )
+        expected.append(t5.generate(texts, **options))
+    got = node({"op": "generate", "dir": str(EXPORTED / "t5"), "calls": calls})["results"]
+    diff = 0.0
+    for call, mine, theirs in zip(calls, got, expected, strict=True):
+        if call["method"] == "generate":
+            assert mine == theirs, call
+            continue
+        for row, result in zip(mine, theirs, strict=True):
+            assert (row["tokens"], row["finishReason"]) == (result.tokens, result.finish_reason), call
+            diff = max(diff, abs(row["score"] - result.score))
+    assert diff < 1e-4, f"beam scores differ by {diff:g}"
+    print(f"{len(calls)} T5 beam-search calls equal in Node and Python, scores within {diff:.2e}")
+
+
+def test_beam_search_equals_python_on_a_fake_decoder() -> None:
+    """The trained T5 is sure of itself (its beams mostly agree with greedy), so beam search also runs on a
+    fake decoder whose logits are a random table indexed by (length, last token), where beams differ."""
+    from onnxformer.runtime.decoding import beam_search
+
+    vocab, budget = 12, 9
+    table = np.random.default_rng(5).normal(size=(budget, vocab, vocab)).astype(np.float32)  # (len, tok, V)
+
+    def step(ids, mask, cache):  # ids (B * K, 1), mask (B * K, P + 1)
+        return table[mask.shape[1] - 1][ids[:, 0]], cache
+
+    cases = [
+        {"numBeams": k, "startToken": 0, "budget": budget, "stopTokens": stops, "lengthPenalty": penalty}
+        for k in (1, 2, 3, 5)
+        for stops in ([1], [1, 4], [])
+        for penalty in (1.0, 0.0, -1.5)
+    ]
+    got = node(
+        {
+            "op": "beam",
+            "vocab": vocab,
+            "table": [base64.b64encode(layer.tobytes()).decode() for layer in table],
+            "cases": cases,
+        }
+    )["results"]
+    greedy = beam_search(step, {}, batch=1, num_beams=1, start_token=0, budget=budget, stop_tokens=[1])[0]
+    differ, diff = 0, 0.0
+    for case, mine in zip(cases, got, strict=True):
+        (theirs,) = beam_search(
+            step,
+            {},
+            batch=1,
+            num_beams=case["numBeams"],
+            start_token=0,
+            budget=budget,
+            stop_tokens=case["stopTokens"],
+            length_penalty=case["lengthPenalty"],
+        )
+        assert (mine["tokens"], mine["finishReason"]) == (theirs.tokens, theirs.finish_reason), case
+        diff = max(diff, abs(mine["score"] - theirs.score))
+        differ += theirs.tokens != greedy.tokens
+    assert diff < 1e-12, f"scores differ by {diff:g}"
+    assert differ >= len(cases) // 2, f"only {differ} of {len(cases)} beam results differ from greedy"
+    print(f"{len(cases)} fake-decoder beam searches equal ({differ} unlike greedy), scores within {diff:.1e}")

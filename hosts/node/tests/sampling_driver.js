@@ -2,9 +2,12 @@
 //   {"op": "rng", "seeds": ["0", "42", ...], "count": N}            -> {"draws": [[N doubles], ...]}
 //   {"op": "sample", "vocab": V, "steps": [[base64 float32 (B, V)], ...], "batch": B, "configs": [...]}
 //                                                                     -> {"tokens": [per config (steps, B)]}
+//   {"op": "beam", "vocab": V, "table": [[base64 float32 (V, V)] per length], "cases": [...]}
+//     logits of a fake decoder: table[total - 1] row `last token` -> {"results": [...]}
 //   {"op": "generate", "dir": DIR, "calls": [{"method", "input", "options"}]} -> {"results": [...]}
 // Seeds travel as decimal strings (BigInt here), so seeds past 2**53 stay exact.
 
+import { beamSearch } from "../src/beam.js";
 import { openExport } from "../src/index.js";
 import { defaultRng } from "../src/rng.js";
 import { Sampler, samplingConfig } from "../src/sampling.js";
@@ -43,6 +46,17 @@ async function answer() {
         );
       }),
     };
+  }
+  if (request.op === "beam") {
+    const { vocab } = request;
+    const table = request.table.map(floats);
+    const step = async (ids, cache, total) => ({
+      logits: table[total - 1].subarray(ids[0] * vocab, (ids[0] + 1) * vocab),
+      cache: { length: cache.length + 1 },
+    });
+    const results = [];
+    for (const options of request.cases) results.push(await beamSearch(step, { length: 0 }, options));
+    return { results };
   }
   if (request.op === "generate") {
     const model = await openExport(request.dir, { threads: 1 });
