@@ -183,3 +183,20 @@ test("stop strings end the text before them", async () => {
   const text = await gpt.generate("The cat", { ...options, stop: [stop] });
   assert.equal(text, full.slice(0, full.indexOf(stop)));
 });
+
+test("T5 beam search: one beam is greedy, more carry a score no worse than greedy's", async () => {
+  const t5 = models.t5;
+  const source = t5.frame("The cat chased the dog.");
+  const greedy = await t5.generateIds(source);
+  const one = await t5.beamSearchIds(source, { numBeams: 1 });
+  assert.deepEqual([one.tokens, one.finishReason], [greedy.tokens, greedy.finishReason]);
+  const four = await t5.generateIds(source, { numBeams: 4 });
+  assert.ok(Number.isFinite(four.score) && four.score <= 0, `${four.score}`);
+  assert.ok(four.score >= one.score - 1e-9, `beam ${four.score} < greedy ${one.score}`);
+  assert.deepEqual(await t5.generate(["The cat chased the dog."], { numBeams: 4 }), [
+    t5.tokenizer.decode(four.tokens),
+  ]);
+  await assert.rejects(t5.generateIds(source, { numBeams: 0 }), /numBeams must be an integer >= 1/);
+  await assert.rejects(t5.beamSearchIds(source, { numBeams: 1000 }), /at most the vocabulary size 388/);
+  await assert.rejects(t5.generateIds(source, { numBeams: 2, lengthPenalty: 11 }), /lengthPenalty must be/);
+});
