@@ -263,3 +263,18 @@ def test_beam_search_equals_python_on_a_fake_decoder() -> None:
     assert diff < 1e-12, f"scores differ by {diff:g}"
     assert differ >= len(cases) // 2, f"only {differ} of {len(cases)} beam results differ from greedy"
     print(f"{len(cases)} fake-decoder beam searches equal ({differ} unlike greedy), scores within {diff:.1e}")
+
+
+def test_text_encoder_normalize_and_similarity_equal_python() -> None:
+    bert = load(EXPORTED / "bert", threads=1)
+    texts = ["The cat sat on the mat.", "a dog", ""]
+    pairs = [("The cat sat.", "The dog sat."), ("a bird", "The owl watched the mouse.")]
+    calls = [{"method": "embed", "input": texts, "options": {"normalize": True}}]
+    calls += [{"method": "similarity", "input": list(pair), "options": {}} for pair in pairs]
+    got = node({"op": "generate", "dir": str(EXPORTED / "bert"), "calls": calls})["results"]
+    vectors = bert.embed(texts, normalize=True)  # (N, D)
+    diff = float(np.abs(np.array(got[0]) - vectors).max())
+    diff = max(diff, *(abs(mine - bert.similarity(*pair)) for mine, pair in zip(got[1:], pairs, strict=True)))
+    assert np.allclose(np.linalg.norm(np.array(got[0]), axis=-1), 1, atol=1e-6)
+    assert diff < 1e-5, f"max abs diff {diff:g}"
+    print(f"normalized embeddings and similarities: max abs diff {diff:.2e}")

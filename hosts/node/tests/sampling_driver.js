@@ -24,6 +24,13 @@ function floats(base64) {
   return new Float32Array(bytes.buffer, bytes.byteOffset, bytes.length / 4);
 }
 
+/** Typed arrays (embeddings) as plain arrays, for JSON. */
+function plain(value) {
+  if (ArrayBuffer.isView(value)) return Array.from(value);
+  if (Array.isArray(value)) return value.map(plain);
+  return value;
+}
+
 async function answer() {
   if (request.op === "rng") {
     return {
@@ -68,7 +75,11 @@ async function answer() {
           for await (const piece of model.stream(input, withSeed(options))) pieces.push(piece);
           results.push(pieces);
         } else {
-          results.push(await model[method](input, withSeed(options)));
+          const result = await model[method](
+            ...(Array.isArray(input) && method === "similarity" ? input : [input]),
+            withSeed(options),
+          );
+          results.push(plain(result));
         }
       }
       return { results };
