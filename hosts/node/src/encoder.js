@@ -13,7 +13,10 @@ import { InputError, ManifestError } from "./errors.js";
 import { pick } from "./manifest.js";
 import { ExportModel } from "./model.js";
 
-/** Python's TextEncoder (onnxformer.runtime.encoder): embed, similarity. */
+/**
+ * Python's TextEncoder (onnxformer.runtime.encoder): embed, similarity. The name hides the platform's
+ * UTF-8 TextEncoder in a module that imports it; SentenceEncoder is the same class.
+ */
 export class TextEncoder extends ExportModel {
   static task = "encode";
   static feeds = { encoder: ["input_ids", "attention_mask", "token_type_ids"] };

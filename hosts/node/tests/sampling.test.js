@@ -200,3 +200,14 @@ test("T5 beam search: one beam is greedy, more carry a score no worse than greed
   await assert.rejects(t5.beamSearchIds(source, { numBeams: 1000 }), /at most the vocabulary size 388/);
   await assert.rejects(t5.generateIds(source, { numBeams: 2, lengthPenalty: 11 }), /lengthPenalty must be/);
 });
+
+test("the classes carry the Python runtime's names; the old ones are aliases", async () => {
+  const api = await import("../src/index.js");
+  assert.equal(api.SentenceEncoder, api.TextEncoder);
+  assert.equal(api.load, api.openExport);
+  assert.deepEqual(Object.fromEntries(Object.entries(api.CLASSES).map(([task, cls]) => [task, cls.name])), {
+    generate: "TextGenerator",
+    encode: "TextEncoder",
+    seq2seq: "TextToText",
+  });
+});
