@@ -211,3 +211,16 @@ test("the classes carry the Python runtime's names; the old ones are aliases", a
     seq2seq: "TextToText",
   });
 });
+
+test("the wasm engine samples the same tokens as the native one", async () => {
+  const wasm = await openExport(exportDir("gpt"), { engine: "wasm" });
+  try {
+    for (const seed of [7, 2n ** 70n]) {
+      const options = { temperature: 0.9, topK: 20, topP: 0.9, seed, maxNewTokens: 20, stopTokens: [] };
+      const row = models.gpt.frame("The cat");
+      assert.deepEqual(await wasm.generateIds(row, options), await models.gpt.generateIds(row, options));
+    }
+  } finally {
+    await wasm.close();
+  }
+});
