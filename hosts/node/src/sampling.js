@@ -11,7 +11,7 @@
  */
 
 import { argmax } from "./decoding.js";
-import { InputError } from "./errors.js";
+import { InputError, ManifestError } from "./errors.js";
 import { checkSeed, defaultRng } from "./rng.js";
 
 export const MAX_TEMPERATURE = 1e300;
@@ -22,9 +22,21 @@ export const MAX_TEMPERATURE = 1e300;
  * @returns {{temperature: number, topK: number, topP: number, seed: bigint|undefined, greedy: boolean}}
  */
 export function samplingConfig({ temperature, topK, topP, seed } = {}, defaults = {}) {
-  temperature = temperature ?? defaults.temperature ?? 1.0;
-  topK = topK ?? defaults.top_k ?? 0;
-  topP = topP ?? defaults.top_p ?? 1.0;
+  if (temperature === undefined || topK === undefined || topP === undefined) {
+    const fallback = {
+      temperature: defaults.temperature ?? 1.0,
+      topK: defaults.top_k ?? 0,
+      topP: defaults.top_p ?? 1.0,
+    };
+    try {
+      samplingConfig(fallback);
+    } catch (error) {
+      throw new ManifestError(`manifest.json generation defaults: ${error.message}; re-export the folder`);
+    }
+    temperature = temperature ?? fallback.temperature;
+    topK = topK ?? fallback.topK;
+    topP = topP ?? fallback.topP;
+  }
   if (typeof temperature !== "number" || !(temperature >= 0 && temperature <= MAX_TEMPERATURE)) {
     throw new InputError(
       `temperature must be a number >= 0 (0 = greedy) and at most ${MAX_TEMPERATURE}, got ${JSON.stringify(temperature)}`,

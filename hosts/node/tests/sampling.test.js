@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
-import { InputError, loadEngine, openExport, Sampler, samplingConfig } from "../src/index.js";
+import { InputError, loadEngine, ManifestError, openExport, Sampler, samplingConfig } from "../src/index.js";
 import { exportDir } from "./helpers.js";
 
 const models = {};
@@ -223,4 +223,17 @@ test("the wasm engine samples the same tokens as the native one", async () => {
   } finally {
     await wasm.close();
   }
+});
+
+test("bad sampling defaults in a manifest are a ManifestError", () => {
+  assert.throws(
+    () => samplingConfig({}, { temperature: -2 }),
+    (error) => {
+      assert.ok(error instanceof ManifestError, error.name);
+      assert.match(error.message, /generation defaults: temperature must be/);
+      return true;
+    },
+  );
+  // With every option given, the defaults go unread (as in Python).
+  assert.equal(samplingConfig({ temperature: 0, topK: 0, topP: 1 }, { temperature: -2 }).greedy, true);
 });
