@@ -234,6 +234,6 @@ test("bad sampling defaults in a manifest are a ManifestError", () => {
       return true;
     },
   );
-  // With every option given, the defaults go unread (as in Python).
+  // With every option given, the defaults go unread.
   assert.equal(samplingConfig({ temperature: 0, topK: 0, topP: 1 }, { temperature: -2 }).greedy, true);
 });
