@@ -98,7 +98,7 @@ export class TextGenerator extends ExportModel {
     if (typeof prompt !== "string") {
       throw new InputError(`stream takes one prompt string, got ${typeof prompt}; loop over an array`);
     }
-    const request = this.#request([this.frame(prompt)], options, TEXT_OPTIONS);
+    const request = this.#request(this.#frameAll([prompt]), options, TEXT_OPTIONS);
     return this.#stream(request);
   }
 

@@ -58,5 +58,6 @@ test("stream checks its prompt and options at the call, before the model runs", 
   assert.throws(() => gpt.stream(["The cat"]), InputError);
   assert.throws(() => gpt.stream("The cat", { topP: 2 }), /topP/);
   assert.throws(() => gpt.stream("The cat", { maxNewTokens: -1 }), /maxNewTokens/);
+  assert.throws(() => gpt.stream("the ".repeat(100)), /the model's context is 64; shorten it/);
   assert.deepEqual(await pieces("The cat", { maxNewTokens: 0 }), []);
 });
