@@ -1,9 +1,10 @@
 /**
- * The greedy decoding loop shared by GPT and T5, batch 1, the Python runtime's loop
+ * The decoding loop shared by GPT and T5, one row at a time, the Python runtime's loop
  * (onnxformer.runtime.decoding) step for step: the first step feeds the whole prompt (or the decoder
  * start token) with the empty cache; every later step feeds the one token chosen with the growing cache
- * and an attention mask of ones over past + new. The row ends at a stop token (left out of the result)
- * or when `budget` tokens were generated.
+ * and an attention mask of ones over past + new. The row ends at a stop token (left out of the result),
+ * when `budget` tokens were generated, or when `stopsAt(tokens)` says so (stop strings). A batch is its
+ * rows one after another, each with its own sampler: what Python's batch gives, without the padding.
  */
 
 import { InputError } from "./errors.js";
@@ -14,23 +15,45 @@ import { InputError } from "./errors.js";
  *   the last position (V,) and the next cache
  * @param {number[]} firstIds what the first step feeds
  * @param {object} cache the empty cache
- * @returns {Promise<{tokens: number[], finishReason: "stop"|"length"}>}
+ * @param {{budget: number, stopTokens: number[], choose?: (logits: Float32Array) => number,
+ *   stopsAt?: (tokens: number[]) => boolean}} options `choose` defaults to argmax (greedy)
+ * @returns {AsyncGenerator<{tokens: number[], finishReason: "stop"|"length"|null}>} after each step, the
+ *   tokens so far and, once the row is done, its finish reason (the same object each time)
  */
-export async function greedyDecode(step, firstIds, cache, { budget, stopTokens }) {
+export async function* decodeSteps(step, firstIds, cache, { budget, stopTokens, choose = argmax, stopsAt }) {
   const stops = new Set(stopTokens);
-  const tokens = [];
+  const state = { tokens: [], finishReason: budget <= 0 ? "length" : null };
   let ids = firstIds;
   let total = firstIds.length;
-  while (tokens.length < budget) {
+  let steps = 0;
+  while (state.finishReason === null) {
     const result = await step(ids, cache, total);
-    const token = argmax(result.logits);
-    if (stops.has(token)) return { tokens, finishReason: "stop" };
-    tokens.push(token);
+    const token = choose(result.logits);
+    steps += 1;
+    if (stops.has(token)) {
+      state.finishReason = "stop";
+    } else {
+      state.tokens.push(token);
+      if (steps >= budget) state.finishReason = "length";
+      if (stopsAt?.(state.tokens)) state.finishReason = "stop";
+    }
+    yield state;
     ids = [token];
     total += 1;
     cache = result.cache;
   }
-  return { tokens, finishReason: "length" };
+}
+
+/** `decodeSteps` run to the end. @returns {Promise<{tokens: number[], finishReason: "stop"|"length"}>} */
+export async function decode(step, firstIds, cache, options) {
+  let last = { tokens: [], finishReason: "length" };
+  for await (const state of decodeSteps(step, firstIds, cache, options)) last = state;
+  return { tokens: [...last.tokens], finishReason: last.finishReason ?? "length" };
+}
+
+/** Greedy decoding (argmax at every step). */
+export async function greedyDecode(step, firstIds, cache, { budget, stopTokens }) {
+  return decode(step, firstIds, cache, { budget, stopTokens });
 }
 
 /** The index of the largest value, the first one on ties (numpy's argmax). */
@@ -62,6 +85,43 @@ export function checkIds(ids, { vocabSize, limit, what }) {
     throw new InputError(`${what} has ${ids.length} tokens but the model's context is ${limit}; shorten it`);
   }
   return ids;
+}
+
+/**
+ * Option names a method takes: a misspelt or snake_case name is refused rather than silently ignored.
+ * @param {object} options what the caller passed @param {string[]} names what the method takes
+ */
+export function checkOptionNames(options, names, { what }) {
+  if (options === null || typeof options !== "object" || Array.isArray(options)) {
+    throw new InputError(`${what} options must be an object such as { maxNewTokens: 20 }`);
+  }
+  for (const key of Object.keys(options)) {
+    if (names.includes(key)) continue;
+    const camel = key.replace(/_([a-z])/g, (_, letter) => letter.toUpperCase());
+    const hint = names.includes(camel) ? ` (the Node name of ${key} is ${camel})` : "";
+    throw new InputError(`${what} has no option ${JSON.stringify(key)}${hint}; it takes ${names.join(", ")}`);
+  }
+}
+
+/** A list of prompts or texts, each a string (an array in gives an array out). */
+export function checkTexts(texts, { what }) {
+  if (!Array.isArray(texts)) {
+    throw new InputError(`${what} must be a string or an array of strings, got ${typeof texts}`);
+  }
+  if (texts.length === 0) throw new InputError(`give at least one ${what}`);
+  return texts;
+}
+
+/** Token id rows: one row (an array of ids) or several (an array of arrays). */
+export function checkIdRows(rows, { vocabSize, limit, what }) {
+  const batch = Array.isArray(rows) && rows.length > 0 && rows.every((row) => Array.isArray(row));
+  const list = batch ? rows : [rows];
+  return {
+    single: !batch,
+    rows: list.map((row, index) =>
+      checkIds(row, { vocabSize, limit, what: batch ? `${what} ${index}` : what }),
+    ),
+  };
 }
 
 export function checkOptions({ maxNewTokens, stopTokens }, { vocabSize }) {

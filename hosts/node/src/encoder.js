@@ -8,20 +8,44 @@
  * states).
  */
 
-import { checkIds } from "./decoding.js";
+import { checkIds, checkOptionNames } from "./decoding.js";
 import { InputError, ManifestError } from "./errors.js";
 import { pick } from "./manifest.js";
 import { ExportModel } from "./model.js";
 
-export class SentenceEncoder extends ExportModel {
+/**
+ * Python's TextEncoder (onnxformer.runtime.encoder): embed, similarity. The name hides the platform's
+ * UTF-8 TextEncoder in a module that imports it; SentenceEncoder is the same class.
+ */
+export class TextEncoder extends ExportModel {
   static task = "encode";
   static feeds = { encoder: ["input_ids", "attention_mask", "token_type_ids"] };
 
   /**
    * The sentence embedding of `text`, a Float32Array of d_model values; for an array of texts, an array of
-   * them, one per text, in order.
+   * them, one per text, in order. `normalize: true` scales each to unit L2 norm (sentence-transformers'
+   * normalize_embeddings), so a dot product is the cosine similarity; an all-zero embedding stays zero.
    */
-  async embed(text) {
+  async embed(text, options = {}) {
+    checkOptionNames(options, ["normalize"], { what: "embed" });
+    const { normalize = false } = options;
+    if (typeof normalize !== "boolean") {
+      throw new InputError(`normalize must be true or false, got ${JSON.stringify(normalize)}`);
+    }
+    const vectors = await this.#embed(text);
+    if (!normalize) return vectors;
+    return Array.isArray(vectors) ? vectors.map(unitLength) : unitLength(vectors);
+  }
+
+  /** Cosine similarity of the two texts' embeddings, in [-1, 1]. */
+  async similarity(a, b) {
+    const [first, second] = await this.#embed([a, b]);
+    let dot = 0;
+    for (let i = 0; i < first.length; i++) dot += first[i] * second[i];
+    return dot / Math.max(norm(first) * norm(second), 1e-12);
+  }
+
+  async #embed(text) {
     if (Array.isArray(text)) {
       if (text.length === 0) throw new InputError("give at least one text");
       // Every text is framed and checked before the first runs.
@@ -59,4 +83,18 @@ export class SentenceEncoder extends ExportModel {
     const outputs = await this.graphs.encoder.run(feeds, [name]);
     return outputs[name].data.slice();
   }
+}
+
+/** The name this host used before it took the Python runtime's. */
+export const SentenceEncoder = TextEncoder;
+
+function norm(vector) {
+  let total = 0;
+  for (const value of vector) total += value * value;
+  return Math.sqrt(total);
+}
+
+function unitLength(vector) {
+  const scale = Math.max(norm(vector), 1e-12);
+  return vector.map((value) => value / scale);
 }

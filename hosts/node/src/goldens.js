@@ -124,6 +124,7 @@ async function runEndToEnd(folder, engine, file) {
       const { tokens, finishReason } = await model.generateIds(item.input_ids, {
         maxNewTokens: item.max_new_tokens,
         stopTokens: item.stop_tokens,
+        temperature: 0, // greedy goldens; an export's default may sample (GPT's temperature 1)
       });
       const ok =
         sameIds(framed, item.input_ids) &&
