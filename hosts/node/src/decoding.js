@@ -14,18 +14,21 @@ import { InputError } from "./errors.js";
  *   the last position (V,) and the next cache
  * @param {number[]} firstIds what the first step feeds
  * @param {object} cache the empty cache
+ * `choose(logits)` picks each token (default argmax: greedy; a sampler for sampling) and
+ * `onToken(token, tokens)`, when given, is awaited after each new token (streaming).
  * @returns {Promise<{tokens: number[], finishReason: "stop"|"length"}>}
  */
-export async function greedyDecode(step, firstIds, cache, { budget, stopTokens }) {
+export async function greedyDecode(step, firstIds, cache, { budget, stopTokens, choose = argmax, onToken }) {
   const stops = new Set(stopTokens);
   const tokens = [];
   let ids = firstIds;
   let total = firstIds.length;
   while (tokens.length < budget) {
     const result = await step(ids, cache, total);
-    const token = argmax(result.logits);
+    const token = choose(result.logits);
     if (stops.has(token)) return { tokens, finishReason: "stop" };
     tokens.push(token);
+    if (onToken !== undefined) await onToken(token, tokens);
     ids = [token];
     total += 1;
     cache = result.cache;

@@ -36,9 +36,10 @@ export class TextGenerator extends ExportModel {
 
   /**
    * Greedy generation from framed ids (<s> included).
+   * `choose` and `onToken` as greedyDecode takes them (a sampler; a callback per new token).
    * @returns {Promise<{tokens: number[], finishReason: "stop"|"length"}>} new tokens, no stop token
    */
-  async generateIds(inputIds, { maxNewTokens, stopTokens } = {}) {
+  async generateIds(inputIds, { maxNewTokens, stopTokens, choose, onToken } = {}) {
     const options = {
       maxNewTokens: maxNewTokens ?? this.generation.max_new_tokens,
       stopTokens: stopTokens ?? this.generation.stop_tokens,
@@ -49,6 +50,8 @@ export class TextGenerator extends ExportModel {
     return greedyDecode(this.#step, ids, this.cache.empty(this.engine), {
       budget,
       stopTokens: options.stopTokens,
+      choose,
+      onToken,
     });
   }
 

@@ -14,7 +14,7 @@ export { SentenceEncoder } from "./encoder.js";
 export { GoldenError, InputError, ManifestError, OnnxformerError } from "./errors.js";
 export { checkRelativePath, ExportFolder } from "./folder.js";
 export { TextGenerator } from "./generator.js";
-export { verifyExport } from "./goldens.js";
+export { compare, verifyExport, verifyFolder } from "./goldens.js";
 export { TASKS } from "./manifest.js";
 export { CLASSES, openExport, openFolder } from "./open.js";
 export { TextToText } from "./seq2seq.js";

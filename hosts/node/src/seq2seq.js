@@ -47,9 +47,10 @@ export class TextToText extends ExportModel {
 
   /**
    * Greedy generation from framed source ids (</s> included).
+   * `choose` and `onToken` as greedyDecode takes them (a sampler; a callback per new token).
    * @returns {Promise<{tokens: number[], finishReason: "stop"|"length"}>} new tokens, no stop token
    */
-  async generateIds(sourceIds, { maxNewTokens, stopTokens } = {}) {
+  async generateIds(sourceIds, { maxNewTokens, stopTokens, choose, onToken } = {}) {
     const options = {
       maxNewTokens: maxNewTokens ?? this.generation.max_new_tokens,
       stopTokens: stopTokens ?? this.generation.stop_tokens,
@@ -73,6 +74,8 @@ export class TextToText extends ExportModel {
     return greedyDecode(step, [this.startToken], this.cache.empty(this.engine), {
       budget,
       stopTokens: options.stopTokens,
+      choose,
+      onToken,
     });
   }
 
