@@ -138,6 +138,7 @@ async function runGoldens() {
     failed,
     maxDiff,
     graphMaxDiff: Math.max(0, ...graphDiffs),
+    graphChecks: graphDiffs.length,
     ms,
   });
   summary.className = failed === 0 ? "ok" : "fail";
@@ -266,12 +267,17 @@ function render() {
     button.dataset.weight = weight.toFixed(6);
     button.classList.toggle("selected", k === state.query);
   }
-  const where = [layer === null ? "all layers" : `layer ${layer}`, head === null ? "all heads" : `head ${head}`];
+  const where = {
+    "true,true": `averaged over ${map.layers} layers and ${map.heads} heads`,
+    "true,false": `head ${head}, averaged over ${map.layers} layers`,
+    "false,true": `layer ${layer}, averaged over ${map.heads} heads`,
+    "false,false": `layer ${layer}, head ${head}`,
+  }[[layer === null, head === null].join()];
   const ranked = [...row.keys()].sort((a, b) => row[b] - row[a]).slice(0, 3);
   $("attention-caption").textContent =
     `"${map.tokens[state.query].trim()}" (token ${state.query}) attends most to ` +
     ranked.map((k) => `"${map.tokens[k].trim()}" ${row[k].toFixed(2)}`).join(", ") +
-    ` (${where.join(", ")} averaged where "all")`;
+    ` (${where})`;
   $("attention-caption").dataset.query = String(state.query);
   drawGrid(map, { layer, head });
 }

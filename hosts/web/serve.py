@@ -13,13 +13,22 @@ import argparse
 import functools
 import http.server
 from pathlib import Path
+from typing import ClassVar
 
 ROOT = Path(__file__).resolve().parents[2]
-TYPES = {".js": "text/javascript", ".mjs": "text/javascript", ".wasm": "application/wasm", ".json": "application/json"}
+TYPES = {
+    ".js": "text/javascript",
+    ".mjs": "text/javascript",
+    ".wasm": "application/wasm",
+    ".json": "application/json",
+}
 
 
 class Handler(http.server.SimpleHTTPRequestHandler):
-    extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map, **TYPES}
+    extensions_map: ClassVar[dict[str, str]] = {
+        **http.server.SimpleHTTPRequestHandler.extensions_map,
+        **TYPES,
+    }
 
     def end_headers(self) -> None:
         self.send_header("Cross-Origin-Opener-Policy", "same-origin")
@@ -27,7 +36,7 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache")
         super().end_headers()
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
+    def log_message(self, format: str, *args: object) -> None:
         if self.server.verbose:
             super().log_message(format, *args)
 
@@ -48,7 +57,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8000, help="the port (0: any free one)")
     arguments = parser.parse_args()
     if not (ROOT / "hosts/node/node_modules/onnxruntime-web").is_dir():
-        parser.exit(2, "hosts/node/node_modules is missing: run `npm ci` in hosts/node first (see its README)\n")
+        parser.exit(
+            2, "hosts/node/node_modules is missing: run `npm ci` in hosts/node first (see its README)\n"
+        )
     server = make_server(host=arguments.host, port=arguments.port, verbose=True)
     host, port = server.server_address[:2]
     print(f"serving {ROOT} on http://{host}:{port}/hosts/web/ (Ctrl-C stops)", flush=True)
