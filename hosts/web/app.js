@@ -31,7 +31,10 @@ function action(run) {
       await run(event);
     } catch (error) {
       const typed = error instanceof OnnxformerError;
-      setStatus(typed ? `${error.name}: ${error.message}` : `Unexpected error: ${error.stack ?? error}`, "error");
+      setStatus(
+        typed ? `${error.name}: ${error.message}` : `Unexpected error: ${error.stack ?? error}`,
+        "error",
+      );
       if (!typed) console.error(error);
     }
   };
@@ -146,8 +149,17 @@ async function runGoldens() {
     const row = document.createElement("tr");
     row.className = result.ok ? "ok" : "fail";
     const what = [result.file, result.label, result.output, result.text, result.prompt].filter(Boolean);
-    const diff = typeof result.maxAbsDiff === "number" ? `${result.maxAbsDiff.toExponential(2)} <= ${result.allowed.toExponential(2)}` : "";
-    for (const text of [result.ok ? "ok" : "FAIL", result.check, what.join(" · "), diff, result.detail ?? ""]) {
+    const diff =
+      typeof result.maxAbsDiff === "number"
+        ? `${result.maxAbsDiff.toExponential(2)} <= ${result.allowed.toExponential(2)}`
+        : "";
+    for (const text of [
+      result.ok ? "ok" : "FAIL",
+      result.check,
+      what.join(" · "),
+      diff,
+      result.detail ?? "",
+    ]) {
       row.insertCell().textContent = text;
     }
     return row;
@@ -201,7 +213,8 @@ async function compare() {
     .value.split("\n")
     .map((line) => line.trim())
     .filter(Boolean);
-  if (lines.length < 2) throw new OnnxformerError("give at least two lines: a sentence, then those to compare");
+  if (lines.length < 2)
+    throw new OnnxformerError("give at least two lines: a sentence, then those to compare");
   const vectors = await state.model.embed(lines);
   const rows = lines.slice(1).map((line, index) => {
     const row = document.createElement("tr");
@@ -350,7 +363,10 @@ function pickPanel(event) {
   render();
 }
 
-$("open-form").addEventListener("submit", action(() => openExport({ url: $("folder-url").value })));
+$("open-form").addEventListener(
+  "submit",
+  action(() => openExport({ url: $("folder-url").value })),
+);
 for (const button of document.querySelectorAll("[data-folder]")) {
   button.addEventListener(
     "click",

@@ -44,7 +44,11 @@ export class AttentionReader {
   /** The self-attention map of `text`. */
   async map(text) {
     const model = this.model;
-    const ids = checkIds(model.frame(text), { vocabSize: model.vocabSize, limit: model.maxLen, what: "text" });
+    const ids = checkIds(model.frame(text), {
+      vocabSize: model.vocabSize,
+      limit: model.maxLen,
+      what: "text",
+    });
     const engine = model.engine;
     const start = model.manifest.generation?.decoder_start_token_id;
     const feeds = pick(this.io, {
@@ -69,10 +73,17 @@ export class AttentionReader {
       }
     }
     const special = new Map(Object.entries(model.special).map(([name, id]) => [id, name]));
-    const tokens = ids.map((id) =>
-      special.has(id) ? `<${special.get(id)}>` : model.tokenizer.decode([id]),
-    );
-    return new AttentionMap({ text, ids, tokens, weights, heads, queries, keys, special: new Set(special.keys()) });
+    const tokens = ids.map((id) => (special.has(id) ? `<${special.get(id)}>` : model.tokenizer.decode([id])));
+    return new AttentionMap({
+      text,
+      ids,
+      tokens,
+      weights,
+      heads,
+      queries,
+      keys,
+      special: new Set(special.keys()),
+    });
   }
 
   async release() {
@@ -96,7 +107,8 @@ export class AttentionMap {
     const layers = layer === null ? [...Array(this.layers).keys()] : [layer];
     const heads = head === null ? [...Array(this.heads).keys()] : [head];
     const row = new Float32Array(this.keys);
-    for (const l of layers) for (const h of heads) for (let k = 0; k < this.keys; k++) row[k] += this.at(l, h, q, k);
+    for (const l of layers)
+      for (const h of heads) for (let k = 0; k < this.keys; k++) row[k] += this.at(l, h, q, k);
     return row.map((value) => value / (layers.length * heads.length));
   }
 }

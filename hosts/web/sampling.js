@@ -17,7 +17,8 @@ export function sampler({ temperature = 0, topK = 0, topP = 1, seed = 0 } = {}) 
   if (!(Number.isInteger(topK) && topK >= 0)) {
     throw new InputError(`top-k must be an integer >= 0 (0 keeps every token), got ${topK}`);
   }
-  if (!(topP > 0 && topP <= 1)) throw new InputError(`top-p must be in (0, 1] (1 keeps every token), got ${topP}`);
+  if (!(topP > 0 && topP <= 1))
+    throw new InputError(`top-p must be in (0, 1] (1 keeps every token), got ${topP}`);
   if (!Number.isInteger(seed)) throw new InputError(`seed must be an integer, got ${seed}`);
   if (temperature === 0) return argmax;
   const random = mulberry32(seed);
