@@ -243,3 +243,27 @@ def test_attention_highlighter_through_the_ui(page, tmp_path: Path) -> None:
     if os.environ.get("ONNXFORMER_WRITE_DOCS") == "1":  # refresh docs/highlighter.png
         page.locator("#tokens .token", has_text="cat").first.click()
         page.locator("#attention-section").screenshot(path=ROOT / "docs" / "highlighter.png")
+
+
+def test_an_altered_file_is_refused_before_the_engine_sees_it(page) -> None:
+    def flip_last_byte(route) -> None:
+        body = bytearray(route.fetch().body())
+        body[-1] ^= 1
+        route.fulfill(status=200, body=bytes(body), headers={"content-type": "application/octet-stream"})
+
+    page.route("**/exported/gpt/decoder.onnx", flip_last_byte)
+    page.click("button[data-folder='../../exported/gpt/']")
+    page.wait_for_function("document.getElementById('status').dataset.state === 'error'")
+    message = page.text_content("#status")
+    assert message.startswith("ManifestError: decoder.onnx does not match its sha256 in manifest.json"), (
+        message
+    )
+    assert page.locator("#generate-section").is_hidden()
+
+    page.unroute("**/exported/gpt/decoder.onnx")
+    page.route("**/exported/gpt/tokenizer.json", lambda route: route.fulfill(status=404, body="gone"))
+    page.click("button[data-folder='../../exported/gpt/']")
+    page.wait_for_function("document.getElementById('status').dataset.state === 'error'")
+    assert "tokenizer.json is listed in manifest.json but cannot be fetched (HTTP 404)" in page.text_content(
+        "#status"
+    )
