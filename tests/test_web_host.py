@@ -234,8 +234,12 @@ def test_attention_highlighter_through_the_ui(page, tmp_path: Path) -> None:
     assert changed > 0.001, f"only {changed:.2%} of the pixels changed when another token was clicked"
 
     # A click on the heatmap's panel of layer 1, head 2 highlights by that head alone.
-    panel = int(page.get_attribute("#heatmap", "data-panel"))
-    page.click("#heatmap", position={"x": 22 + 2 * (panel + 22) + panel // 2, "y": 22 + (panel + 22) + 5})
+    width, height, gap = (
+        int(page.get_attribute("#heatmap", f"data-{key}")) for key in ("panel-width", "panel-height", "gap")
+    )
+    page.click(
+        "#heatmap", position={"x": gap + 2 * (width + gap) + width // 2, "y": gap + (height + gap) + 5}
+    )
     assert (page.input_value("#layer"), page.input_value("#head")) == ("1", "2")
     row = expected.row(expected.query_index("mat"), layer=1, head=2)
     shown = highlight(page)
@@ -267,3 +271,21 @@ def test_an_altered_file_is_refused_before_the_engine_sees_it(page) -> None:
     assert "tokenizer.json is listed in manifest.json but cannot be fetched (HTTP 404)" in page.text_content(
         "#status"
     )
+
+
+def test_cross_attention_of_t5_through_the_ui(page) -> None:
+    open_folder(page, "t5")
+    page.select_option("#kind", "cross")  # shows the map at once
+    page.wait_for_selector("#query-tokens .token")
+    expected = attention_map(EXPORTED / "t5", SENTENCE, kind="cross", device="cpu")
+    assert page.locator("#query-tokens .token").all_text_contents() == [
+        token if token.startswith("<") else expected.query_pieces[i]
+        for i, token in enumerate(expected.query_tokens)
+    ]
+    page.locator("#query-tokens .token", has_text="mat").first.click()
+    index = expected.query_index("mat")
+    assert page.get_attribute("#attention-caption", "data-query") == str(index)
+    shown = highlight(page)
+    assert len(shown) == len(expected.key_tokens)
+    row = expected.row(index)
+    assert max(abs(shown[k] - float(row[k])) for k in shown) < 1e-5

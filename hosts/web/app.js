@@ -107,6 +107,10 @@ async function openExport({ url, files }) {
     $("attention-section").hidden = false;
     fillLevels($("layer"), model.config.n_layers, "layer");
     fillLevels($("head"), model.config.n_heads, "head");
+    const kinds = { self: "self-attention", cross: "cross-attention (the decoder over the source)" };
+    $("kind").replaceChildren(...state.reader.kinds.map((kind) => new Option(kinds[kind], kind)));
+    $("kind-label").hidden = state.reader.kinds.length < 2;
+    $("query-tokens").replaceChildren();
     $("tokens").replaceChildren();
     const canvas = $("heatmap");
     canvas.getContext("2d").clearRect(0, 0, canvas.width, canvas.height);
@@ -242,23 +246,32 @@ function cosine(a, b) {
 }
 
 async function showAttention() {
-  const map = await state.reader.map($("attention-text").value);
+  const kind = $("kind").value;
+  const map = await state.reader.map($("attention-text").value, { kind });
   state.map = map;
   const words = map.ids.map((id, i) => (map.special.has(id) ? -1 : i)).filter((i) => i >= 0);
   state.query = words[0] ?? 0;
-  const spans = map.tokens.map((token, index) => {
-    const button = document.createElement("button");
-    button.type = "button";
-    button.className = map.special.has(map.ids[index]) ? "token special" : "token";
-    button.textContent = token;
-    button.dataset.index = String(index);
-    button.addEventListener("click", () => {
-      state.query = index;
-      render();
+  const buttons = (tokens, ids, clickable) =>
+    tokens.map((token, index) => {
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = map.special.has(ids[index]) ? "token special" : "token";
+      button.textContent = token;
+      button.dataset.index = String(index);
+      if (clickable) {
+        button.addEventListener("click", () => {
+          state.query = index;
+          render();
+        });
+      }
+      return button;
     });
-    return button;
-  });
-  $("tokens").replaceChildren(...spans);
+  // Self-attention: one row, each token both the one clicked and one highlighted. Cross-attention: the
+  // output tokens (clicked) above the source tokens (highlighted).
+  const cross = map.kind === "cross";
+  $("query-tokens").hidden = !cross;
+  $("query-tokens").replaceChildren(...(cross ? buttons(map.tokens, map.ids, true) : []));
+  $("tokens").replaceChildren(...buttons(map.keyTokens, map.keyIds, !cross));
   render();
 }
 
@@ -278,7 +291,10 @@ function render() {
     button.style.background = `rgba(255, 140, 0, ${(weight / top).toFixed(3)})`;
     button.title = `receives ${weight.toFixed(3)}`;
     button.dataset.weight = weight.toFixed(6);
-    button.classList.toggle("selected", k === state.query);
+  }
+  const clicked = map.kind === "cross" ? $("query-tokens") : $("tokens");
+  for (const button of clicked.children) {
+    button.classList.toggle("selected", Number(button.dataset.index) === state.query);
   }
   const where = {
     "true,true": `averaged over ${map.layers} layers and ${map.heads} heads`,
@@ -287,9 +303,10 @@ function render() {
     "false,false": `layer ${layer}, head ${head}`,
   }[[layer === null, head === null].join()];
   const ranked = [...row.keys()].sort((a, b) => row[b] - row[a]).slice(0, 3);
+  const query = `"${map.tokens[state.query].trim()}" (token ${state.query})`;
   $("attention-caption").textContent =
-    `"${map.tokens[state.query].trim()}" (token ${state.query}) attends most to ` +
-    ranked.map((k) => `"${map.tokens[k].trim()}" ${row[k].toFixed(2)}`).join(", ") +
+    (map.kind === "cross" ? `writing ${query}, the decoder looks most at ` : `${query} attends most to `) +
+    ranked.map((k) => `"${map.keyTokens[k].trim()}" ${row[k].toFixed(2)}`).join(", ") +
     ` (${where})`;
   $("attention-caption").dataset.query = String(state.query);
   drawGrid(map, { layer, head });
@@ -316,10 +333,10 @@ const GAP = 22;
 /** Every (layer, head) heatmap, queries down and keys across, the chosen query's row outlined. */
 function drawGrid(map, { layer, head }) {
   const canvas = $("heatmap");
-  const cell = Math.max(6, Math.floor(110 / map.keys));
-  const panel = cell * map.keys;
-  canvas.width = map.heads * (panel + GAP) + GAP;
-  canvas.height = map.layers * (panel + GAP) + GAP;
+  const cell = Math.max(6, Math.floor(110 / Math.max(map.keys, map.queries)));
+  const [width, height] = [cell * map.keys, cell * map.queries]; // one panel
+  canvas.width = map.heads * (width + GAP) + GAP;
+  canvas.height = map.layers * (height + GAP) + GAP;
   const context = canvas.getContext("2d");
   context.fillStyle = "#fff";
   context.fillRect(0, 0, canvas.width, canvas.height);
@@ -328,8 +345,8 @@ function drawGrid(map, { layer, head }) {
   for (const data of map.weights) for (const value of data) top = Math.max(top, value);
   for (let l = 0; l < map.layers; l++) {
     for (let h = 0; h < map.heads; h++) {
-      const x0 = GAP + h * (panel + GAP);
-      const y0 = GAP + l * (panel + GAP);
+      const x0 = GAP + h * (width + GAP);
+      const y0 = GAP + l * (height + GAP);
       context.fillStyle = "#333";
       context.fillText(`layer ${l} head ${h}`, x0, y0 - 6);
       for (let q = 0; q < map.queries; q++) {
@@ -340,23 +357,23 @@ function drawGrid(map, { layer, head }) {
       }
       context.strokeStyle = "#e91e63";
       context.lineWidth = 2;
-      context.strokeRect(x0 - 1, y0 + state.query * cell - 1, panel + 2, cell + 2);
+      context.strokeRect(x0 - 1, y0 + state.query * cell - 1, width + 2, cell + 2);
       const chosen = (layer === null || layer === l) && (head === null || head === h);
       context.strokeStyle = chosen ? "#111" : "#ccc";
       context.lineWidth = chosen ? 3 : 1;
-      context.strokeRect(x0 - 3, y0 - 3, panel + 6, panel + 6);
+      context.strokeRect(x0 - 3, y0 - 3, width + 6, height + 6);
     }
   }
-  canvas.dataset.panel = String(panel);
+  Object.assign(canvas.dataset, { panelWidth: width, panelHeight: height, gap: GAP });
 }
 
 function pickPanel(event) {
   const map = state.map;
   if (map === null) return;
-  const panel = Number($("heatmap").dataset.panel);
+  const { panelWidth, panelHeight } = $("heatmap").dataset;
   const rect = $("heatmap").getBoundingClientRect();
-  const h = Math.floor((event.clientX - rect.left - GAP / 2) / (panel + GAP));
-  const l = Math.floor((event.clientY - rect.top - GAP / 2) / (panel + GAP));
+  const h = Math.floor((event.clientX - rect.left - GAP / 2) / (Number(panelWidth) + GAP));
+  const l = Math.floor((event.clientY - rect.top - GAP / 2) / (Number(panelHeight) + GAP));
   if (l < 0 || l >= map.layers || h < 0 || h >= map.heads) return;
   $("layer").value = String(l);
   $("head").value = String(h);
@@ -389,6 +406,7 @@ $("compare").addEventListener("click", action(compare));
 $("show-attention").addEventListener("click", action(showAttention));
 $("layer").addEventListener("change", render);
 $("head").addEventListener("change", render);
+$("kind").addEventListener("change", action(showAttention));
 $("heatmap").addEventListener("click", pickPanel);
 if (params.has("folder")) $("folder-url").value = params.get("folder");
 document.body.dataset.ready = "true";

@@ -3,29 +3,29 @@
  * `attentions.onnx` (graph role "attentions"), as the Python runtime's onnxformer.runtime.attention reads
  * them. The text is framed as the task's other graphs frame it (manifest `framing`); manifest
  * `io.attentions` names the inputs and the `self_attentions` outputs ("{i}" = layer, each (1, H, Q, K)).
- * A T5 export's graph also reads the decoder: for encoder self-attention it is fed the start token.
+ * A T5 export's graph also reads the decoder: for encoder self-attention it is fed the start token; for
+ * cross-attention the model's own greedy output is decoded first, then fed after the start token, so the
+ * query labelled "cat" is the decoder step that wrote "cat", and its row says which source tokens the
+ * model looked at while writing it.
  *
- * Shape legend: L layers, H heads, Q query tokens, K key tokens (self-attention: K == Q).
+ * Shape legend: L layers, H heads, Q query tokens, K key tokens (self-attention: K == Q; cross: K is the
+ * source length).
  */
 
 import { checkIds } from "../node/src/decoding.js";
-import { ManifestError } from "../node/src/errors.js";
+import { InputError, ManifestError } from "../node/src/errors.js";
 import { pick } from "../node/src/manifest.js";
 
 const ROW_SUM_TOLERANCE = 1e-4; // softmax rows in fp32 sum to 1 within a few ulps per key
+const OUTPUT_KEYS = { self: "self_attentions", cross: "cross_attentions" }; // io.attentions.outputs keys
 
 export class AttentionReader {
   constructor(model, graph) {
     this.model = model;
     this.graph = graph;
     this.io = model.manifest.io?.attentions;
-    const pattern = this.io?.outputs?.self_attentions;
-    if (typeof pattern !== "string") {
+    if (typeof this.io?.outputs?.self_attentions !== "string") {
       throw new ManifestError("manifest.json: io.attentions names no self_attentions output; re-export");
-    }
-    this.names = layerNames(pattern, graph.outputNames);
-    if (this.names.length === 0) {
-      throw new ManifestError(`${graph.file} returns no ${pattern} outputs; re-export the checkpoint`);
     }
   }
 
@@ -41,28 +41,51 @@ export class AttentionReader {
     return new AttentionReader(model, graph);
   }
 
-  /** The self-attention map of `text`. */
-  async map(text) {
+  /** The kinds of map the export gives: "self", and "cross" for an encoder-decoder. */
+  get kinds() {
+    return Object.keys(OUTPUT_KEYS).filter((kind) => typeof this.io.outputs[OUTPUT_KEYS[kind]] === "string");
+  }
+
+  /**
+   * The attention map of `text`: self-attention, or for an encoder-decoder `kind: "cross"` the decoder's
+   * attention over the source while it writes its greedy output (as `onnxformer attention --cross`).
+   */
+  async map(text, { kind = "self" } = {}) {
+    if (!this.kinds.includes(kind)) {
+      throw new InputError(
+        `this ${this.model.family} export has no ${kind} attention (it has ${this.kinds})`,
+      );
+    }
     const model = this.model;
-    const ids = checkIds(model.frame(text), {
+    const source = checkIds(model.frame(text), {
       vocabSize: model.vocabSize,
       limit: model.maxLen,
       what: "text",
     });
-    const engine = model.engine;
     const start = model.manifest.generation?.decoder_start_token_id;
+    // Encoder self-attention does not depend on the decoder: its start token feeds it.
+    let decoderInput = Number.isInteger(start) ? [start] : [];
+    let queries = source;
+    if (kind === "cross") [decoderInput, queries] = await this.#decoderOutput(source, start);
+    const engine = model.engine;
     const feeds = pick(this.io, {
-      input_ids: engine.ids(ids),
-      attention_mask: engine.ones(ids.length),
-      token_type_ids: engine.tensor("int64", new BigInt64Array(ids.length), [1, ids.length]),
-      decoder_input_ids: Number.isInteger(start) ? engine.ids([start]) : undefined,
+      input_ids: engine.ids(source),
+      attention_mask: engine.ones(source.length),
+      token_type_ids: engine.tensor("int64", new BigInt64Array(source.length), [1, source.length]),
+      decoder_input_ids: decoderInput.length > 0 ? engine.ids(decoderInput) : undefined,
     });
-    const outputs = await this.graph.run(feeds, this.names);
-    const layers = this.names.map((name) => outputs[name]); // L x (1, H, Q, K)
-    const [, heads, queries, keys] = layers[0].dims;
+    const names = layerNames(this.io.outputs[OUTPUT_KEYS[kind]], this.graph.outputNames);
+    if (names.length === 0) {
+      throw new ManifestError(
+        `${this.graph.file} returns no ${kind}-attention outputs; re-export the checkpoint`,
+      );
+    }
+    const outputs = await this.graph.run(feeds, names);
+    const layers = names.map((name) => outputs[name]); // L x (1, H, Q, K)
+    const [, heads, rows, keys] = layers[0].dims;
     const weights = layers.map((tensor) => tensor.data.slice()); // L x (H * Q * K)
     for (const data of weights) {
-      for (let row = 0; row < heads * queries; row++) {
+      for (let row = 0; row < heads * rows; row++) {
         let sum = 0;
         for (let k = 0; k < keys; k++) sum += data[row * keys + k];
         if (Math.abs(sum - 1) > ROW_SUM_TOLERANCE) {
@@ -73,17 +96,32 @@ export class AttentionReader {
       }
     }
     const special = new Map(Object.entries(model.special).map(([name, id]) => [id, name]));
-    const tokens = ids.map((id) => (special.has(id) ? `<${special.get(id)}>` : model.tokenizer.decode([id])));
+    // A special token as its own text ("</s>"), every other one as it reads in the text (" sat").
+    const ownText = (id) => model.tokenizer.tokenizer.decode([id], { skip_special_tokens: false });
+    const shown = (id) =>
+      special.has(id) ? ownText(id) || `<${special.get(id)}>` : model.tokenizer.decode([id]);
     return new AttentionMap({
+      kind,
       text,
-      ids,
-      tokens,
+      ids: queries,
+      keyIds: source,
+      tokens: queries.map(shown),
+      keyTokens: source.map(shown),
       weights,
       heads,
-      queries,
+      queries: rows,
       keys,
       special: new Set(special.keys()),
     });
+  }
+
+  /** The decoder input (<start> + the greedy output) and the tokens its steps wrote (the output + </s>). */
+  async #decoderOutput(source, start) {
+    const model = this.model;
+    const { tokens, finishReason } = await model.generateIds(source);
+    const stop = finishReason === "stop" ? model.generation.stop_tokens.slice(0, 1) : [];
+    const written = [...tokens, ...stop].slice(0, model.maxLen);
+    return [[start, ...written.slice(0, -1)], written];
   }
 
   async release() {
@@ -92,8 +130,21 @@ export class AttentionReader {
 }
 
 export class AttentionMap {
-  constructor({ text, ids, tokens, weights, heads, queries, keys, special }) {
-    Object.assign(this, { text, ids, tokens, weights, heads, queries, keys, special });
+  /** `ids` / `tokens` are the queries (Q), `keyIds` / `keyTokens` the keys (K); self-attention: the same. */
+  constructor({ kind, text, ids, keyIds, tokens, keyTokens, weights, heads, queries, keys, special }) {
+    Object.assign(this, {
+      kind,
+      text,
+      ids,
+      keyIds,
+      tokens,
+      keyTokens,
+      weights,
+      heads,
+      queries,
+      keys,
+      special,
+    });
     this.layers = weights.length;
   }
 
