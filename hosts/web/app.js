@@ -184,7 +184,7 @@ async function generate() {
     temperature: number("temperature"),
     topK: number("top-k"),
     topP: number("top-p"),
-    seed: number("seed"),
+    seed: $("seed").value.trim() === "" ? null : number("seed"),
   });
   const ids = model.frame($("prompt").value);
   state.stopping = false;
