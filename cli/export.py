@@ -42,6 +42,14 @@ def export_command(
     int8: Annotated[
         bool, typer.Option("--int8", help="Then fuse and quantize the weights to int8 (implies --optimize).")
     ] = False,
+    external_data: Annotated[
+        bool,
+        typer.Option(
+            "--external-data",
+            help="Keep each graph's weights in a <graph>.data file listed (with its sha256) in the manifest. "
+            "Without it, only a graph past ONNX's 2 GB limit does.",
+        ),
+    ] = False,
     overwrite: Overwrite = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the manifest as JSON.")] = False,
 ) -> None:
@@ -73,7 +81,13 @@ def export_command(
                 progress.update(task, completed=index, total=total, description=name)
 
             manifest = export_checkpoint(
-                checkpoint, out, opset=opset, attentions=attentions, blocks=blocks, progress=advance
+                checkpoint,
+                out,
+                opset=opset,
+                attentions=attentions,
+                blocks=blocks,
+                progress=advance,
+                external_data=True if external_data else None,
             )
             if optimize or int8:
                 from onnxformer.builder.optimize import optimize_export

@@ -118,7 +118,13 @@ def train_command(
         Path | None,
         typer.Option("--out", parser=parse_path, help="Checkpoint folder (default: runs/FAMILY)."),
     ] = None,
-    preset: Annotated[str, typer.Option(help="Model size: tiny (minutes on a CPU) or small.")] = "tiny",
+    preset: Annotated[
+        str,
+        typer.Option(
+            help="Model size: tiny (minutes on a CPU) or small; for gpt also llama-tiny and llama-small "
+            "(the Llama-style decoder: RMSNorm, rotary, SwiGLU, no biases, grouped-query attention)."
+        ),
+    ] = "tiny",
     steps: Annotated[
         int | None,
         typer.Option(help="Optimizer steps (default: the family's; with --corpus, scaled to its size)."),

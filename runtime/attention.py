@@ -148,9 +148,9 @@ class AttentionReader:
                 f"{self.export.folder.root} has no attentions graph (its graphs: {sorted(manifest.graphs)}); "
                 "re-export the checkpoint with `onnxformer export` to get attentions.onnx"
             )
-        data = self.export.folder.read(path)  # size and sha256 checked against the manifest
+        graph = self.export.folder.graph(path)  # size and sha256 checked against the manifest
         try:
-            self._session = create_session(data, device=device)
+            self._session = create_session(graph, device=device)
         except OnnxformerError:
             raise
         except Exception as error:  # ONNX Runtime's own load errors are untyped

@@ -14,9 +14,16 @@ read when all of this holds (otherwise `ManifestError`, and nothing outside the 
   inode;
 - its size is the manifest's before a byte is read (a huge or endless file is never read), and its
   sha256 is the manifest's after;
-- an ONNX file references no external data: our exports keep every weight inside the .onnx file, and
-  an external-data location (`../../etc/passwd`, or ONNX Runtime's `*/_ORT_MEM_ADDR_/*` marker, which
-  reads process memory) would let a model read outside the folder, so any use of it is refused.
+- an ONNX file's external data (weights kept beside a graph past protobuf's 2 GB limit) is allowed
+  only for the graph's main initializers, and only in a file the manifest lists as that graph's weights
+  (`FileEntry.weights_of`), named by its plain relative location, every tensor's offset and length
+  inside that file's checked size. Anything else is refused: a location leaving the folder
+  (`../../etc/passwd`, an absolute path), one the manifest does not list for this graph, ONNX Runtime's
+  `*/_ORT_MEM_ADDR_/*` marker (which reads process memory), external data in a Constant, attribute,
+  subgraph or function. ONNX Runtime is then never given a path: `ExportFolder.graph` reads the weights
+  file once (size and sha256 checked), slices the tensors out of those bytes, and `create_session` hands
+  them over with `SessionOptions.add_external_initializers`, which replaces every external tensor before
+  ONNX Runtime would open a file.
 
 Hard links are refused outright rather than judged: a second name for an inode cannot be told from a
 link to a file outside the folder. Copy an export with `cp -r`, not `cp -l`.
@@ -24,14 +31,19 @@ link to a file outside the folder. Copy an export with `cp -r`, not `cp -l`.
 
 import errno
 import hashlib
+import io
 import os
+import posixpath
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from onnxformer.runtime import protobuf
 from onnxformer.runtime.errors import ManifestError
 from onnxformer.runtime.manifest import MANIFEST_NAME, FileEntry, Manifest
+from onnxformer.runtime.tensorproto import ExternalTensor, is_external, read_external_tensor
 
 MAX_MANIFEST_BYTES = 64 * 2**20  # far above any real manifest; a bigger one is refused unread
 MAX_MODEL_BYTES = 2**31  # protobuf's limit on one serialized message
@@ -49,6 +61,16 @@ _WALK_BY_FD = os.open in os.supports_dir_fd and os.stat in os.supports_dir_fd
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class GraphBytes:
+    """A graph as ONNX Runtime is given it: the checked model bytes and, for each tensor the model keeps
+    in external data, its value sliced from the checked weights bytes (`create_session` passes them with
+    `SessionOptions.add_external_initializers`)."""
+
+    model: bytes
+    initializers: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -100,13 +122,86 @@ class ExportFolder:
 
     def read(self, relative: str) -> bytes:
         """The bytes of a listed file after checking its size and sha256 against the manifest (and, for a
-        graph, that it uses no external data)."""
-        entry = self.manifest.file(relative)
-        data = read_inside(self.root, entry.path, size=entry.size)
-        _check(entry, data)
-        if entry.path.endswith(".onnx") or entry.path in self.manifest.graphs.values():
-            refuse_external_data(data, name=entry.path)
+        graph, that any external data it uses is in its listed weights, see the module docstring).
+
+        A graph's bytes alone cannot run when it keeps weights outside: give ONNX Runtime `graph()`."""
+        entry, data = self._read_checked(relative)
+        if self._is_graph(entry):
+            self._external_tensors(entry, data)
         return data
+
+    def graph(self, relative: str) -> GraphBytes:
+        """A listed graph ready for `create_session`: its checked bytes and, when it keeps weights in
+        external data, those tensors built from its weights file (read once, size and sha256 checked)."""
+        entry, data = self._read_checked(relative)
+        tensors = self._external_tensors(entry, data)
+        paths = sorted({path for path, _ in tensors})
+        weights = {path: self._read_checked(path, buffer=True)[1] for path in paths}
+        initializers = {}
+        for path, tensor in tensors:
+            array = np.frombuffer(
+                weights[path],
+                dtype=tensor.dtype,
+                count=tensor.length // tensor.dtype.itemsize,
+                offset=tensor.offset,
+            )
+            if not array.flags.aligned:  # an offset that is no multiple of the item size: copy it aligned
+                array = array.copy()
+            array.setflags(write=False)  # the checked bytes stay as checked
+            initializers[tensor.name] = array.reshape(tensor.dims)
+        return GraphBytes(data, initializers)
+
+    def _read_checked(self, relative: str, *, buffer: bool = False) -> tuple[FileEntry, bytes | bytearray]:
+        entry = self.manifest.file(relative)
+        data = read_inside(self.root, entry.path, size=entry.size, buffer=buffer)
+        _check(entry, data)
+        return entry, data
+
+    def _is_graph(self, entry: FileEntry) -> bool:
+        return entry.path.endswith(".onnx") or entry.path in self.manifest.graphs.values()
+
+    def _external_tensors(self, entry: FileEntry, data: bytes) -> list[tuple[str, ExternalTensor]]:
+        """(weights file, tensor) for each external tensor of the graph `entry`, every one checked against
+        the manifest; `ManifestError` at the first that is not allowed."""
+        tensors = external_tensors(data, name=entry.path)
+        if not tensors:
+            return []
+        if not self._is_graph(entry):
+            raise ManifestError(f"{entry.path} is not a graph; refusing to load it as one")
+        weights = {item.path: item for item in self.manifest.files if item.weights_of == entry.path}
+        folder = posixpath.dirname(entry.path)
+        checked, names = [], set()
+        for tensor in tensors:
+            shown = f"{entry.path}: tensor {tensor.name!r} has its data in external file {tensor.location!r}"
+            if "_ORT_MEM_ADDR_" in tensor.location:
+                raise ManifestError(
+                    f"{shown}, ONNX Runtime's marker for reading process memory; refusing the model"
+                )
+            try:
+                parts = plain_parts(tensor.location)
+            except ManifestError:
+                raise ManifestError(
+                    f"{shown}, which is not a plain relative path inside the folder (external data may "
+                    "only name the graph's listed weights file); refusing the model"
+                ) from None
+            path = posixpath.join(folder, *parts)
+            listed = weights.get(path)
+            if listed is None:
+                raise ManifestError(
+                    f"{shown}, which {MANIFEST_NAME} does not list as {entry.path}'s weights (listed: "
+                    f"{sorted(weights)}); external data is only read from listed weights files; "
+                    "re-export the folder"
+                )
+            if tensor.end > listed.size:
+                raise ManifestError(
+                    f"{shown} at bytes {tensor.offset}..{tensor.end}, past the end of {path} "
+                    f"({listed.size} bytes): the graph or its weights were altered; re-export the folder"
+                )
+            if tensor.name in names:
+                raise ManifestError(f"{entry.path} keeps tensor {tensor.name!r} in external data twice")
+            names.add(tensor.name)
+            checked.append((path, tensor))
+        return checked
 
     def verify(self) -> list[FileEntry]:
         """Check every listed file; return the entries (raises `ManifestError` at the first problem)."""
@@ -131,15 +226,19 @@ def plain_parts(relative: object) -> tuple[str, ...]:
     return parts
 
 
-def read_inside(root: Path, relative: str, *, size: int | None, limit: int | None = None) -> bytes:
+def read_inside(
+    root: Path, relative: str, *, size: int | None, limit: int | None = None, buffer: bool = False
+) -> bytes | bytearray:
     """The bytes of `relative` under `root`, opened as described in the module docstring.
 
     `size` (the manifest's) is checked before reading; otherwise at most `limit` bytes are accepted.
+    With `buffer` (and a `size`), the file is read into one bytearray of that size and returned as is:
+    a weights file of many gigabytes is then held once, not twice (chunks, then joined bytes).
     """
     parts = plain_parts(relative)
     shown = root.joinpath(*parts)
     if not _WALK_BY_FD:  # no openat (Windows): check by path, then open without following the last link
-        return _read_by_path(root, parts, shown, size=size, limit=limit)
+        return _read_by_path(root, parts, shown, size=size, limit=limit, buffer=buffer)
     fds = []
     try:
         fds.append(_open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0), None, shown))
@@ -153,7 +252,7 @@ def read_inside(root: Path, relative: str, *, size: int | None, limit: int | Non
         if (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
             raise ManifestError(f"{shown} was replaced while it was being opened; refusing it")
         _check_stat(after, shown, size=size, limit=limit)
-        return _read_fd(fd, shown, size=size, limit=limit)
+        return _read_fd(fd, shown, size=size, limit=limit, buffer=buffer)
     finally:
         for fd in reversed(fds):
             os.close(fd)
@@ -190,8 +289,8 @@ def _check_kind_and_limit(info: os.stat_result, shown: Path, limit: int) -> None
 
 
 def _read_by_path(
-    root: Path, parts: tuple[str, ...], shown: Path, *, size: int | None, limit: int | None
-) -> bytes:
+    root: Path, parts: tuple[str, ...], shown: Path, *, size: int | None, limit: int | None, buffer: bool
+) -> bytes | bytearray:
     for depth in range(1, len(parts) + 1):
         if root.joinpath(*parts[:depth]).is_symlink():
             raise ManifestError(f"{shown} goes through a symbolic link; refusing it")
@@ -199,7 +298,7 @@ def _read_by_path(
     fd = _open(shown, _FILE_FLAGS | getattr(os, "O_BINARY", 0), None, shown)
     try:
         _check_stat(os.fstat(fd), shown, size=size, limit=limit)
-        return _read_fd(fd, shown, size=size, limit=limit)
+        return _read_fd(fd, shown, size=size, limit=limit, buffer=buffer)
     finally:
         os.close(fd)
 
@@ -252,8 +351,24 @@ def _check_stat(info: os.stat_result, shown: Path, *, size: int | None, limit: i
         )
 
 
-def _read_fd(fd: int, shown: Path, *, size: int | None, limit: int | None) -> bytes:
+def _read_fd(
+    fd: int, shown: Path, *, size: int | None, limit: int | None, buffer: bool = False
+) -> bytes | bytearray:
     """Exactly the expected bytes; one more than expected (a file growing while read) is refused."""
+    if buffer and size is not None:
+        data = bytearray(size)
+        view, total = memoryview(data), 0
+        with io.FileIO(fd, closefd=False) as handle:
+            while total < size:
+                count = handle.readinto(view[total : total + (1 << 24)])
+                if not count:
+                    break
+                total += count
+            grew = bool(handle.read(1))
+        view.release()
+        if grew:
+            raise ManifestError(f"{shown} grew while it was read; refusing it")
+        return data if total == size else data[:total]  # a short read: `_check` names the sizes
     most = size if size is not None else limit
     chunks, total = [], 0
     while True:
@@ -301,18 +416,67 @@ _HOLDS = {
 _MAX_DEPTH = 64  # subgraphs nest (If, Loop, Scan); no real model nests this deep
 
 
+def external_tensors(data: bytes, *, name: str) -> list[ExternalTensor]:
+    """The main graph's initializers that keep their data in external files (where each says it is; the
+    caller judges the place). `ManifestError` if `data` is not a serialized ONNX model, or if any other
+    tensor (a Constant, attribute, sparse initializer, subgraph, function) uses external data, or an
+    external initializer is incomplete."""
+    found: list[ExternalTensor] = []
+    try:
+        for number, wire, value in protobuf.fields(memoryview(data)):
+            if number not in _HOLDS[_MODEL]:
+                continue
+            if wire != 2:
+                raise ValueError(f"field {number} has wire type {wire}, not a message")
+            if number != 7:  # training info, functions: no external data there
+                if _uses_external_data(value, _HOLDS[_MODEL][number], 1):
+                    raise _NotAllowed("a function or training graph")
+                continue
+            for inner, inner_wire, item in protobuf.fields(value):  # the main graph
+                if inner not in _HOLDS[_GRAPH]:
+                    continue
+                if inner_wire != 2:
+                    raise ValueError(f"field {inner} has wire type {inner_wire}, not a message")
+                if inner == 5:
+                    if is_external(item):
+                        found.append(read_external_tensor(item))
+                elif _uses_external_data(item, _HOLDS[_GRAPH][inner], 2):
+                    raise _NotAllowed("a node's attribute, a subgraph or a sparse initializer")
+    except _NotAllowed as error:
+        raise ManifestError(
+            f"{name} keeps tensor data of {error} in an external file; external data is allowed only "
+            "for the main graph's initializers, so the model is refused; re-export the folder"
+        ) from None
+    except ValueError as error:
+        raise ManifestError(
+            f"{name} is not a valid ONNX model or describes its external data wrongly ({error}); "
+            "re-export the folder"
+        ) from None
+    return found
+
+
+class _NotAllowed(Exception):
+    pass
+
+
 def refuse_external_data(data: bytes, *, name: str) -> None:
     """Raise `ManifestError` unless `data` is a serialized ONNX model whose tensors all hold their own
     bytes: no tensor (initializer, Constant, attribute, subgraph or function) may use external data."""
     try:
-        found = _uses_external_data(memoryview(data), _MODEL, 0)
+        found = uses_external_data(data)
     except ValueError as error:
         raise ManifestError(f"{name} is not a valid ONNX model ({error}); re-export the folder") from None
     if found:
         raise ManifestError(
-            f"{name} keeps tensor data in an external file; onnxformer exports never do, and external "
-            "data could read files outside the folder, so the model is refused; re-export the folder"
+            f"{name} keeps tensor data in an external file, which could read files outside any folder, "
+            "so the model is refused; external data is loaded only from an export folder whose "
+            "manifest lists the weights file (with its size and sha256)"
         )
+
+
+def uses_external_data(data: bytes) -> bool:
+    """Whether any tensor of a serialized ONNX model uses external data (`ValueError` if it is no model)."""
+    return _uses_external_data(memoryview(data), _MODEL, 0)
 
 
 def _uses_external_data(buffer: memoryview, kind: int, depth: int) -> bool:

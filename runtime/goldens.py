@@ -101,7 +101,7 @@ def run_graph_goldens(export: ExportFolder, *, device: Device = "cpu") -> list[G
         file = loaded.graph.file
         try:
             if file not in sessions:
-                sessions[file] = create_session(export.read(file), device=device)
+                sessions[file] = create_session(export.graph(file), device=device)
             outputs = sessions[file].run(loaded.inputs, list(loaded.case.outputs))
         except OnnxformerError as error:
             results.append(GoldenResult(file, loaded.case.label, str(error)))

@@ -26,6 +26,7 @@ FORMAT_VERSION = 2
 MANIFEST_NAME = "manifest.json"
 DTYPES = ("float32", "float16", "int64", "int32", "bool")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+WEIGHTS_KIND = "weights"  # a graph's external-data file (FileEntry.weights_of)
 
 
 @dataclass(frozen=True)
@@ -61,14 +62,23 @@ class Parity:
 
 @dataclass(frozen=True)
 class FileEntry:
+    """One listed file. A graph's external-data file (weights moved out of a graph past protobuf's 2 GB
+    limit) has kind `WEIGHTS_KIND` and options `{"graph": <the graph's path>}`: the only file that graph's
+    tensors may name (`weights_of`). Folders without such entries read as before."""
+
     path: str  # relative to the export folder, forward slashes
     sha256: str
     size: int
-    kind: str  # what the graph computes, e.g. "encoder_block", "ffn"
+    kind: str  # what the graph computes, e.g. "encoder_block", "ffn"; or "tokenizer", "golden", "weights"
     options: dict[str, Any]
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     parity: Parity | None = None
+
+    @property
+    def weights_of(self) -> str | None:
+        """The graph whose external data this file holds, or None for any other file."""
+        return self.options.get("graph") if self.kind == WEIGHTS_KIND else None
 
 
 @dataclass(frozen=True)
@@ -429,6 +439,7 @@ def _parse_manifest(data: Any) -> Manifest:
         extra=_optional(data, "extra", dict),
         goldens=_parse_goldens(data.get("goldens"), "goldens"),
     )
+    _check_weights(manifest)
     if manifest.goldens is not None:
         _check_goldens(manifest)
     if kind == "model":
@@ -603,6 +614,25 @@ def _parse_goldens(item: Any, where: str) -> Goldens | None:
         )
     end_to_end = _get(item, "end_to_end", (str, type(None)), f"{where}.") if "end_to_end" in item else None
     return Goldens(tuple(graphs), end_to_end)
+
+
+def _check_weights(manifest: Manifest) -> None:
+    """A weights file names one listed graph (a file that is not itself weights) and is not a graph."""
+    kinds = {entry.path: entry.kind for entry in manifest.files}
+    if len(kinds) != len(manifest.files):
+        paths = [entry.path for entry in manifest.files]
+        twice = sorted({path for path in paths if paths.count(path) > 1})
+        raise _fail("files", f"list {twice} more than once")
+    for i, entry in enumerate(manifest.files):
+        if entry.kind != WEIGHTS_KIND:
+            continue
+        graph = entry.options.get("graph")
+        if set(entry.options) != {"graph"} or not isinstance(graph, str):
+            raise _fail(f"files[{i}].options", 'of a weights file must be {"graph": <the graph\'s path>}')
+        if kinds.get(graph) in (None, WEIGHTS_KIND):
+            raise _fail(f"files[{i}].options.graph", f"names {graph!r}, which is not a graph in files")
+        if entry.path.endswith(".onnx") or entry.path in manifest.graphs.values():
+            raise _fail(f"files[{i}]", f"is a weights file but {entry.path!r} is named like a graph")
 
 
 def _check_goldens(manifest: Manifest) -> None:

@@ -147,9 +147,9 @@ def open_export(
 
 def load_graph(folder: ExportFolder, path: str, *, device: Device, threads: int | None = None) -> Session:
     """A session on one listed graph of `folder` (its bytes sha256-checked), ORT's load errors typed."""
-    data = folder.read(path)
+    graph = folder.graph(path)  # bytes and any external weights, size and sha256 checked
     try:
-        return create_session(data, device=device, threads=threads)
+        return create_session(graph, device=device, threads=threads)
     except OnnxformerError:
         raise
     except Exception as error:  # ONNX Runtime's own load errors are untyped

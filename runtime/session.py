@@ -1,5 +1,10 @@
 """ONNX Runtime sessions, created from bytes that were already checked, on the device asked for.
 
+A graph that keeps weights in external data arrives as `GraphBytes` (from `ExportFolder.graph`): its
+tensors, already sliced from the checked weights bytes, go to ONNX Runtime through
+`SessionOptions.add_external_initializers`, so ONNX Runtime never opens a file; plain model bytes that
+name external data are refused (ONNX Runtime would resolve the location against the working folder).
+
 `device="auto"` uses CUDA only when a CUDA session really starts (onnxruntime-gpu lists the CUDA provider
 even on machines without a GPU), otherwise CPU, and says why.
 
@@ -18,10 +23,11 @@ Session settings (measurements in benchmarks/README.md):
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
-from onnxformer.runtime.errors import ConfigError, InferenceError, OnnxformerError
+from onnxformer.runtime.errors import ConfigError, InferenceError, ManifestError, OnnxformerError
+from onnxformer.runtime.folder import GraphBytes, external_tensors, uses_external_data
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +52,9 @@ class Session:
     session: object  # onnxruntime.InferenceSession
     provider: str  # the provider the session really runs on
     reason: str  # why this provider (e.g. why CUDA was not used)
+    # The external initializers' arrays and OrtValues: ONNX Runtime uses their memory, so they live as
+    # long as the session.
+    keep_alive: tuple = field(default=(), repr=False, compare=False)
 
     def run(self, feeds: dict, outputs: list[str] | None = None) -> list:
         try:
@@ -81,13 +90,25 @@ def check_threads(threads: object, *, name: str = "threads") -> int | None:
     return threads
 
 
-def create_session(model: bytes, *, device: Device = "cpu", threads: int | None = None) -> Session:
-    """An InferenceSession on `model` (serialized ONNX bytes) for the chosen device."""
+def create_session(
+    model: bytes | GraphBytes, *, device: Device = "cpu", threads: int | None = None
+) -> Session:
+    """An InferenceSession on `model` (serialized ONNX bytes, or a graph with its external tensors) for
+    the chosen device."""
     if device not in DEVICES:
         raise ConfigError(f"device must be one of {DEVICES}, got {device!r}")
     threads = check_threads(threads)
+    graph = model if isinstance(model, GraphBytes) else GraphBytes(model)
+    _check_external_covered(graph)
     ort = _onnxruntime()
     options = ort.SessionOptions()
+    keep_alive: tuple = ()
+    if graph.initializers:
+        names = list(graph.initializers)
+        values = [ort.OrtValue.ortvalue_from_numpy(graph.initializers[name]) for name in names]
+        options.add_external_initializers(names, values)
+        keep_alive = (graph.initializers, values)
+    model = graph.model
     options.log_severity_level = 3
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     if threads is not None:
@@ -104,7 +125,7 @@ def create_session(model: bytes, *, device: Device = "cpu", threads: int | None 
                 reason = f"the CUDA provider failed to start ({str(error).splitlines()[0]})"
             else:
                 if session.get_providers()[0] == "CUDAExecutionProvider":
-                    return Session(session, "CUDAExecutionProvider", "CUDA session started")
+                    return Session(session, "CUDAExecutionProvider", "CUDA session started", keep_alive)
                 reason = "the CUDA provider is installed but no GPU session could start"
         if device == "cuda":
             raise OnnxformerError(f"device='cuda' was asked for but {reason}; use device='cpu' or 'auto'")
@@ -114,4 +135,23 @@ def create_session(model: bytes, *, device: Device = "cpu", threads: int | None 
     session = ort.InferenceSession(
         model, options, providers=["CPUExecutionProvider"], disabled_optimizers=list(CPU_DISABLED_OPTIMIZERS)
     )
-    return Session(session, "CPUExecutionProvider", reason)
+    return Session(session, "CPUExecutionProvider", reason, keep_alive)
+
+
+def _check_external_covered(graph: GraphBytes) -> None:
+    """Every tensor the model keeps in external data must come with its value: ONNX Runtime would
+    otherwise open the location itself, relative to the working folder."""
+    if graph.initializers:
+        tensors = external_tensors(graph.model, name="the model")
+        missing = [tensor.name for tensor in tensors if tensor.name not in graph.initializers]
+    else:
+        try:
+            missing = ["(some)"] if uses_external_data(graph.model) else []
+        except ValueError:  # not a model at all: ONNX Runtime says so in its own words
+            return
+    if missing:
+        raise ManifestError(
+            f"the model keeps tensors {missing[:5]} in external data, and ONNX Runtime is never left to "
+            "open a file by path; load the graph with ExportFolder.graph(path), which checks the weights "
+            "file against the manifest and supplies those tensors"
+        )

@@ -718,13 +718,20 @@ this holds, and raises `ManifestError` otherwise, before anything outside the fo
   `fstat` on the opened descriptor (opened `O_NONBLOCK | O_NOFOLLOW`), which must be the same inode;
 - its size must be the manifest's before a byte is read (a sparse terabyte or /dev/zero is never read),
   and its sha256 the manifest's after; manifest.json itself is capped at 64 MiB;
-- an ONNX file must use no external data. Our exports never do, and an external-data location
-  (`../../secret`, an absolute path, a file in the caller's working folder, or ONNX Runtime's
-  `*/_ORT_MEM_ADDR_/*` marker, which reads process memory) would let a model read outside the folder.
-  The runtime cannot import `onnx`, so a small protobuf scan walks every tensor of the model (initializers,
-  Constant and other tensor attributes, subgraphs of If/Loop/Scan, functions, training info) and refuses
-  the model if any tensor has `data_location = EXTERNAL` or `external_data` entries. Recent ONNX Runtime
-  versions check external-data paths themselves; this check does not depend on the version installed.
+- external data (the weights of a graph past protobuf's 2 GB limit, kept in a file beside it) is read
+  only from a file the manifest lists as that graph's weights (kind `weights`, options `{"graph": ...}`),
+  with its size and sha256 checked like every other file, and never by path: the runtime reads the file
+  once, slices each tensor out of the checked bytes and hands them to ONNX Runtime with
+  `SessionOptions.add_external_initializers` (the Node host: `externalData` with the bytes), so ONNX
+  Runtime opens no file. The runtime cannot import `onnx`, so a small protobuf scan walks every tensor of
+  the model (initializers, Constant and other tensor attributes, subgraphs of If/Loop/Scan, functions,
+  training info); only the main graph's initializers may use external data, each naming the listed
+  weights file by its plain relative location, its offset and length inside the file's checked size.
+  Everything else is refused: a location leaving the folder (`../../secret`, an absolute path), a file
+  the manifest does not list for that graph (one in the caller's working folder, the tokenizer), ONNX
+  Runtime's `*/_ORT_MEM_ADDR_/*` marker (which reads process memory), an offset or length past the file,
+  external data anywhere but the main initializers, and model bytes naming external data handed to a
+  session without their checked tensors. This does not depend on the ONNX Runtime version installed.
 
 **Hard links** are refused outright (`st_nlink > 1`) rather than judged: a second name for an inode cannot
 be told apart from a link to a file outside the folder. Copy exports with `cp -r`, not `cp -l`; git

@@ -56,3 +56,56 @@ def model_exports(
     for family, checkpoint in tiny_checkpoints.items():
         export_checkpoint(checkpoint, root / family)
     return {family: root / family for family in tiny_checkpoints}
+
+
+# ---- Hugging Face model folders (tests/hf_models.py), built once per session -------------------------
+# Tiny random-weight transformers models saved with save_pretrained: the checkpoints the import, parity
+# and export tests read. Tests must not modify these folders (copy one to tamper with it).
+
+
+@pytest.fixture(scope="session")
+def hf_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """name -> folder: bert (BertModel), bert-mlm, bert-cls, gpt2, t5 (v1.0 relu, tied), t5-gated
+    (gated-gelu, untied, 2 encoder / 3 decoder layers), llama (untied), llama-tied, llama-bf16,
+    llama-fp16, llama-sharded (shards of 20KB with model.safetensors.index.json)."""
+    import hf_models
+    import torch
+
+    root = tmp_path_factory.mktemp("hf_folders")
+    builders = {
+        "bert": lambda p: hf_models.bert_folder(p, "BertModel"),
+        "bert-mlm": lambda p: hf_models.bert_folder(p, "BertForMaskedLM"),
+        "bert-cls": lambda p: hf_models.bert_folder(p, "BertForSequenceClassification"),
+        "gpt2": hf_models.gpt2_folder,
+        "t5": lambda p: hf_models.t5_folder(p, gated=False),
+        "t5-gated": lambda p: hf_models.t5_folder(p, gated=True),
+        "llama": lambda p: hf_models.llama_folder(p, tied=False),
+        "llama-tied": lambda p: hf_models.llama_folder(p, tied=True),
+        "llama-bf16": lambda p: hf_models.llama_folder(p, dtype=torch.bfloat16),
+        "llama-fp16": lambda p: hf_models.llama_folder(p, dtype=torch.float16),
+        "llama-sharded": lambda p: hf_models.llama_folder(p, shard="20KB"),
+    }
+    return {name: build(root / name) for name, build in builders.items()}
+
+
+@pytest.fixture(scope="session")
+def hf_bert_folder(hf_folders: dict[str, Path]) -> Path:
+    return hf_folders["bert"]
+
+
+@pytest.fixture(scope="session")
+def hf_gpt2_folder(hf_folders: dict[str, Path]) -> Path:
+    return hf_folders["gpt2"]
+
+
+@pytest.fixture(scope="session")
+def hf_t5_folder(hf_folders: dict[str, Path]) -> Path:
+    return hf_folders["t5"]
+
+
+@pytest.fixture(scope="session")
+def hf_llama_folder(hf_folders: dict[str, Path]) -> Path:
+    return hf_folders["llama"]
+
+
+# ---- end of the Hugging Face model folders ---------------------------------------------------------

@@ -15,6 +15,10 @@ CORPUS = [
     "birds sing in the morning; children play outside.",
     "Hello world, this is a tiny model for tests.",
 ] * 4
+# Weights 10x transformers' default scale (0.02): logits (and BERT's pooler and classifier outputs) of
+# order 1 rather than 0.1 or less at this width, so that an option imported wrong shows in the parity's
+# absolute tolerance (1e-4).
+SCALE = 0.2
 WORDS = sorted({w.strip(".,;!").lower() for line in CORPUS for w in line.split()})
 
 
@@ -103,6 +107,7 @@ def bert_folder(folder: Path, architecture: str = "BertModel") -> Path:
         max_position_embeddings=80,
         num_labels=3,
         layer_norm_eps=1e-12,
+        initializer_range=SCALE,
     )
     torch.manual_seed(0)
     getattr(transformers, architecture)(config).eval().save_pretrained(folder)
@@ -121,6 +126,7 @@ def gpt2_folder(folder: Path) -> Path:
         n_layer=2,
         n_head=4,
         n_positions=80,
+        initializer_range=SCALE,
         bos_token_id=eos,
         eos_token_id=eos,
     )
@@ -149,6 +155,7 @@ def llama_folder(
         num_key_value_heads=2,
         max_position_embeddings=80,
         rope_theta=5e5,
+        initializer_range=SCALE,
         bos_token_id=1,
         eos_token_id=2,
         tie_word_embeddings=tied,
@@ -193,6 +200,11 @@ def t5_folder(folder: Path, *, gated: bool) -> Path:
         for name, parameter in model.named_parameters():
             if "layer_norm" in name:
                 parameter.uniform_(0.5, 1.5)
+            elif not gated and name.endswith(("q.weight", "k.weight", "v.weight", "o.weight", "wi.weight")):
+                # At the default scale the v1.0 decoder mostly copies its input token through the tied
+                # head, so greedy decoding repeats the start token whatever the source; stronger
+                # attention and FFN weights make the generated tokens depend on the source.
+                parameter.mul_(3.0)
     model.save_pretrained(folder)
     save_tokenizer(folder, tok, {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"})
     return folder

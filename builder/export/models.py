@@ -24,6 +24,7 @@ from torch import nn
 
 from onnxformer.builder.export.blocks import block_graph
 from onnxformer.builder.export.catalog import BlockDims, BlockSpec
+from onnxformer.builder.export.external import externalize_graphs
 from onnxformer.builder.export.folder import write_export_folder
 from onnxformer.builder.export.goldens import END_TO_END_FILE, end_to_end, golden_entries
 from onnxformer.builder.export.graph import DEFAULT_OPSET, check_opset
@@ -128,7 +129,9 @@ def export_checkpoint(
     model.safetensors, tokenizer.json), to `out`; see `export_model` for the options."""
     from onnxformer.builder.pretrained import is_pretrained_folder
 
-    source = pretrained_source(checkpoint) if is_pretrained_folder(checkpoint) else checkpoint_source(checkpoint)
+    source = (
+        pretrained_source(checkpoint) if is_pretrained_folder(checkpoint) else checkpoint_source(checkpoint)
+    )
     return export_model(source, out, **options)
 
 
@@ -144,12 +147,16 @@ def export_model(
     blocks: bool = True,
     seed: int = 0,
     progress: Progress | None = None,
+    external_data: bool | None = None,
 ) -> Manifest:
     """Export a model to `out`; returns the manifest written there.
 
     The model's blocks are held to the full-model tolerance: with trained weights their outputs are an order
     of magnitude larger than the random-weight catalogue's, and fp32 rounding grows with them (about
     1.1e-5 seen on the tiny GPT's blocks, against 1e-6 on the catalogue's).
+
+    `external_data` moves each graph's weights into a listed `<graph>.data` file: None (default) only
+    for a graph past ONNX's 2 GB limit, True always, False never (builder/export/external.py).
     """
     check_opset(opset)
     family, model = source.family, source.model.eval()
@@ -187,6 +194,8 @@ def export_model(
         entry, *block_goldens = exported.entries
         entries += [dataclasses.replace(entry, kind="block"), *block_goldens]
         golden_graphs.append(exported.goldens)
+    onnx_files = [entry.path for entry in entries if entry.path.endswith(".onnx")]
+    files, entries = externalize_graphs(files, entries, onnx_files, external_data=external_data)
     tokenizer_bytes = source.tokenizer.to_str(pretty=True).encode()
     files[TOKENIZER_FILE] = tokenizer_bytes
     entries.append(
@@ -254,7 +263,7 @@ def reverify_export(folder: str | os.PathLike, checkpoint: str | os.PathLike) ->
         results[spec.filename] = reprove(
             spec,
             module,
-            export.read(spec.filename),
+            export.graph(spec.filename),  # with any external weights, checked
             tolerance=recorded.tolerance if recorded else MODEL_TOLERANCE,
             rtol=recorded.rtol if recorded else MODEL_RTOL,
         )

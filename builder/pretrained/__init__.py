@@ -79,9 +79,11 @@ def _sentence_modules(folder: Path) -> dict[str, Any]:
     """Pooling and Normalize of a sentence-transformers folder as BERT options ({} for a plain folder)."""
     if not (folder / "modules.json").is_file():
         return {}
-    modules = read_json(folder / "modules.json", what="the sentence-transformers modules")
+    modules = read_json(folder / "modules.json", what="the sentence-transformers modules", kind=list)
     kinds = {}
-    for module in modules if isinstance(modules, list) else []:
+    for module in modules:
+        if not isinstance(module, dict):
+            raise ModelImportError(f"{folder / 'modules.json'} lists {module!r}, not a module object")
         kind = str(module.get("type", "")).rsplit(".", 1)[-1]
         kinds[kind] = module
     unknown = sorted(set(kinds) - {"Transformer", "Pooling", "Normalize"})
@@ -109,7 +111,7 @@ def from_pretrained(path: str | os.PathLike) -> Pretrained:
     hf = read_config(folder)
     name = architecture_of(hf)
     architecture = ARCHITECTURES[name]
-    tensors = read_weights(folder)
+    tensors = read_weights(folder, architecture=name)
     sentence = _sentence_modules(folder) if architecture.family == "bert" else {}
     config = architecture.config(hf, tensors, **sentence) if sentence else architecture.config(hf, tensors)
     model = FAMILIES[architecture.family].model(config)

@@ -36,7 +36,8 @@ def is_pretrained_folder(path: str | os.PathLike) -> bool:
     return isinstance(data, dict) and ("model_type" in data or "architectures" in data)
 
 
-def read_json(path: Path, *, what: str) -> dict[str, Any]:
+def read_json(path: Path, *, what: str, kind: type = dict) -> Any:
+    """A JSON file holding a `kind` (an object unless told otherwise)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -45,8 +46,9 @@ def read_json(path: Path, *, what: str) -> dict[str, Any]:
         raise ModelImportError(
             f"{path} is not valid JSON ({error}); restore the file the model came with"
         ) from None
-    if not isinstance(data, dict):
-        raise ModelImportError(f"{path} must hold a JSON object, got {type(data).__name__}")
+    if not isinstance(data, kind):
+        expected = "a JSON object" if kind is dict else f"a JSON {kind.__name__}"
+        raise ModelImportError(f"{path} must hold {expected}, got {type(data).__name__}")
     return data
 
 
@@ -62,8 +64,9 @@ def read_config(folder: Path) -> dict[str, Any]:
     )
 
 
-def read_weights(folder: Path) -> dict[str, torch.Tensor]:
-    """Every tensor of the folder's safetensors weights, as fp32 (integer buffers keep their dtype)."""
+def read_weights(folder: Path, *, architecture: str = "AutoModel") -> dict[str, torch.Tensor]:
+    """Every tensor of the folder's safetensors weights, as fp32 (integer buffers keep their dtype).
+    `architecture` (config.json's) names the transformers class in the hint for a pickled checkpoint."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -76,7 +79,8 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
         pickled = [name for name in ("pytorch_model.bin", "model.bin") if (folder / name).exists()]
         hint = (
             f"; {pickled[0]} is a pickle, which onnxformer does not load (it can run code): convert it "
-            "with transformers: `AutoModel.from_pretrained(path).save_pretrained(path)` writes safetensors"
+            f"with transformers: `transformers.{architecture}.from_pretrained(path).save_pretrained(path)` "
+            "writes model.safetensors (the class config.json names: AutoModel would drop the heads)"
             if pickled
             else ""
         )

@@ -78,10 +78,10 @@ def load_mapped(
         value = take.transform(tensor) if take.transform else tensor
         expected = tuple(ours[name].shape)
         if tuple(value.shape) != expected:
-            how = f" after {take.note}" if take.note else ""
+            how = f" (-> {tuple(value.shape)} after {take.note})" if take.transform else ""
             raise ModelImportError(
-                f"checkpoint tensor {take.key!r} has shape {tuple(tensor.shape)}{how} -> "
-                f"{tuple(value.shape)}, expected {expected} for {name} from config.json; the weights do not match the config"
+                f"checkpoint tensor {take.key!r} has shape {tuple(tensor.shape)}{how}, expected {expected} "
+                f"for {name} from config.json; the weights do not match the config"
             )
         state[name] = value.to(ours[name].dtype).contiguous()
         used.add(take.key)
@@ -89,8 +89,8 @@ def load_mapped(
     if unknown:
         raise ModelImportError(
             f"the checkpoint holds {len(unknown)} tensor(s) the {source} import does not map, first "
-            f"{unknown[:5]}: they belong to a part or option onnxformer cannot represent, so the import stops "
-            "rather than drop them"
+            f"{unknown[:5]}: they belong to a part or option onnxformer cannot represent, "
+            "so the import stops rather than drop them"
         )
     missing, unexpected = model.load_state_dict(state, strict=False)
     # What load_state_dict reports missing must be a tie (a parameter shared with one we filled).

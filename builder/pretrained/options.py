@@ -77,7 +77,8 @@ def rope(hf: dict[str, Any]) -> tuple[float, RopeScalingOptions | None]:
         return float(theta), None
     if kind not in ("linear", "llama3"):
         raise ModelImportError(
-            f"config.json rope scaling type {kind!r} is not supported; onnxformer imports default, linear and llama3"
+            f"config.json rope scaling type {kind!r} is not supported; "
+            "onnxformer imports default, linear and llama3"
         )
     keys = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
     return float(theta), RopeScalingOptions(kind=kind, **{k: scaling[k] for k in keys if k in scaling})

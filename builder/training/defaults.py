@@ -18,10 +18,17 @@ class FamilyTraining:
     steps: int  # default optimizer steps on the built-in corpus
     learning_rate: float  # default peak learning rate
     headline: str  # the metric that says whether the model learned its task
+    needs: tuple[str, ...] = ()  # config flags the task's losses read (heads that must be there)
 
 
 TRAINING: dict[str, FamilyTraining] = {
     "gpt": FamilyTraining(GPTTask, steps=800, learning_rate=2e-3, headline="grammatical_rate"),
-    "bert": FamilyTraining(BERTTask, steps=1200, learning_rate=1e-3, headline="classification_accuracy"),
+    "bert": FamilyTraining(
+        BERTTask,
+        steps=1200,
+        learning_rate=1e-3,
+        headline="classification_accuracy",
+        needs=("mlm_head", "pooler", "classifier"),
+    ),
     "t5": FamilyTraining(T5Task, steps=1200, learning_rate=2e-3, headline="exact_match"),
 }

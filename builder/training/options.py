@@ -80,9 +80,15 @@ class TrainOptions:
         if options.device == "cuda" and not torch.cuda.is_available():
             raise ConfigError("device 'cuda' was asked for but torch sees no CUDA GPU; use --device cpu")
         # The model config is checked now, with the target vocabulary, so a bad size fails before any work.
-        FAMILIES[options.family].config.preset(
+        config = FAMILIES[options.family].config.preset(
             options.preset, vocab_size=options.vocab_size, **options.model_overrides
         )
+        off = [name for name in TRAINING[options.family].needs if not getattr(config, name)]
+        if off:
+            raise ConfigError(
+                f"training {options.family} needs {off} (its losses read them); leave them on, "
+                "or fine-tune such a model outside onnxformer"
+            )
         return options
 
     def resolved(self, *, train_items: int) -> "TrainOptions":

@@ -37,7 +37,12 @@ export class AttentionReader {
         `${model.folder.root} has no attentions graph; re-export the checkpoint with \`onnxformer export\``,
       );
     }
-    const graph = await model.engine.createSession(await model.folder.read(file), model.folder.entry(file));
+    const checked = await model.folder.graph(file); // its bytes and external weights, sha256-checked
+    const graph = await model.engine.createSession(
+      checked.bytes,
+      model.folder.entry(file),
+      checked.externalData,
+    );
     return new AttentionReader(model, graph);
   }
 

@@ -2,6 +2,7 @@
 
     REPO/<name>_encoder/config.pbtxt      names, dtypes and dims from the manifest
     REPO/<name>_encoder/1/model.onnx      the graph, byte for byte (its sha256 checked on the way)
+    REPO/<name>_encoder/1/encoder.onnx.data  its external weights, when the export keeps them outside
 
 The configs set max_batch_size 0: the batch axis is an explicit dynamic dim (-1), as in the graph, and
 clients send padded batches; Triton's dynamic batcher could not merge requests of different sequence
@@ -9,6 +10,7 @@ lengths anyway. Tokenizing stays on the client (tokenizer.json is in the export 
 """
 
 import os
+import posixpath
 import re
 import shutil
 from pathlib import Path
@@ -88,6 +90,11 @@ def write_repository(
             version = staging / model_name / "1"
             version.mkdir(parents=True)
             (version / "model.onnx").write_bytes(model.export.folder.read(path))
+            for weights in manifest.files:  # external data: beside model.onnx, where its location points
+                location = posixpath.relpath(weights.path, posixpath.dirname(path) or ".")
+                if weights.weights_of == path and not location.startswith(".."):
+                    (version / location).parent.mkdir(parents=True, exist_ok=True)
+                    (version / location).write_bytes(model.export.folder.read(weights.path))
             (staging / model_name / "config.pbtxt").write_text(
                 config_pbtxt(model_name, entry.inputs, entry.outputs), encoding="utf-8"
             )

@@ -25,9 +25,13 @@ export class Engine {
     this.threads = threads;
   }
 
-  /** A session over the checked bytes of `entry` (a manifest file entry); names checked against it. */
-  async createSession(bytes, entry) {
+  /**
+   * A session over the checked bytes of `entry` (a manifest file entry); names checked against it.
+   * `externalData` (from `ExportFolder.graph`) is the checked bytes of the graph's weights files.
+   */
+  async createSession(bytes, entry, externalData = []) {
     const options = { executionProviders: [ENGINES[this.name].provider], graphOptimizationLevel: "all" };
+    if (externalData.length > 0) options.externalData = externalData;
     if (this.threads !== undefined && this.name === "native") {
       options.intraOpNumThreads = this.threads;
       options.interOpNumThreads = 1;

@@ -9,11 +9,13 @@
 import { openFiles, sha256Hex } from "#platform";
 
 import { ManifestError } from "./errors.js";
+import { externalTensors } from "./externaldata.js";
 
 export { sha256Hex };
 
 export const MANIFEST_NAME = "manifest.json";
 export const FORMAT_VERSION = 2;
+export const WEIGHTS_KIND = "weights"; // a graph's external-data file: options {graph: <the graph's path>}
 const SHA256 = /^[0-9a-f]{64}$/;
 
 /**
@@ -116,6 +118,70 @@ export class ExportFolder {
     return bytes;
   }
 
+  /**
+   * A listed graph ready for `Engine.createSession`: `{bytes, externalData}`, where `externalData` is
+   * `[{path, data}]` for the engine's `externalData` session option: each weights file the graph's
+   * external initializers name, allowed only if the manifest lists it as that graph's weights and every
+   * tensor lies inside it, read once with its size and sha256 checked. Any other external location
+   * (leaving the folder, unlisted, ONNX Runtime's `_ORT_MEM_ADDR_` marker) is a ManifestError.
+   */
+  async graph(relative) {
+    const bytes = await this.read(relative);
+    const tensors = externalTensors(bytes, relative);
+    if (tensors.length === 0) return { bytes, externalData: [] };
+    const weights = new Map(
+      this.manifest.files
+        .filter((entry) => entry.kind === WEIGHTS_KIND && entry.options?.graph === relative)
+        .map((entry) => [entry.path, entry]),
+    );
+    const folder = relative.includes("/") ? relative.slice(0, relative.lastIndexOf("/")) : "."; // its dirname
+    const names = new Set();
+    const locations = new Map(); // location as the model writes it -> listed path
+    for (const tensor of tensors) {
+      const shown = `${relative}: tensor ${JSON.stringify(tensor.name)} has its data in external file ${JSON.stringify(tensor.location)}`;
+      if (tensor.location.includes("_ORT_MEM_ADDR_")) {
+        throw new ManifestError(
+          `${shown}, ONNX Runtime's marker for reading process memory; refusing the model`,
+        );
+      }
+      let parts;
+      try {
+        parts = checkRelativePath(tensor.location);
+      } catch {
+        throw new ManifestError(
+          `${shown}, which is not a plain relative path inside the folder (external data may only name ` +
+            "the graph's listed weights file); refusing the model",
+        );
+      }
+      const listedPath = folder === "." ? parts.join("/") : [folder, ...parts].join("/");
+      const listed = weights.get(listedPath);
+      if (listed === undefined) {
+        throw new ManifestError(
+          `${shown}, which ${MANIFEST_NAME} does not list as ${relative}'s weights (listed: ` +
+            `${JSON.stringify([...weights.keys()])}); external data is only read from listed weights files; re-export the folder`,
+        );
+      }
+      if (tensor.offset + tensor.length > BigInt(listed.size)) {
+        throw new ManifestError(
+          `${shown} at bytes ${tensor.offset}..${tensor.offset + tensor.length}, past the end of ` +
+            `${listedPath} (${listed.size} bytes): the graph or its weights were altered; re-export the folder`,
+        );
+      }
+      if (names.has(tensor.name)) {
+        throw new ManifestError(
+          `${relative} keeps tensor ${JSON.stringify(tensor.name)} in external data twice`,
+        );
+      }
+      names.add(tensor.name);
+      locations.set(tensor.location, listedPath);
+    }
+    const externalData = [];
+    for (const [location, listedPath] of locations) {
+      externalData.push({ path: location, data: await this.read(listedPath) });
+    }
+    return { bytes, externalData };
+  }
+
   /** A listed JSON file, checked, parsed. */
   async readJson(relative) {
     const bytes = await this.read(relative);
@@ -160,6 +226,16 @@ function checkManifest(manifest) {
     if (!Number.isSafeInteger(entry.size) || entry.size < 0 || !SHA256.test(String(entry.sha256))) {
       throw new ManifestError(
         `${MANIFEST_NAME}'s entry for ${entry.path} needs a size and a lowercase hex sha256; re-export`,
+      );
+    }
+  }
+  for (const entry of manifest.files) {
+    if (entry.kind !== WEIGHTS_KIND) continue;
+    const graph = entry.options?.graph;
+    const target = manifest.files.find((other) => other.path === graph);
+    if (typeof graph !== "string" || target === undefined || target.kind === WEIGHTS_KIND) {
+      throw new ManifestError(
+        `${MANIFEST_NAME}'s weights file ${entry.path} names ${JSON.stringify(graph)}, which is not a graph in files; re-export`,
       );
     }
   }

@@ -67,7 +67,8 @@ function maxAbs(values) {
 
 /** Every case of one graph file: one result per output. */
 async function runGraphGoldens(folder, engine, graph) {
-  const session = await engine.createSession(await folder.read(graph.file), folder.entry(graph.file));
+  const checked = await folder.graph(graph.file);
+  const session = await engine.createSession(checked.bytes, folder.entry(graph.file), checked.externalData);
   const results = [];
   try {
     for (const golden of graph.cases) {

@@ -79,7 +79,8 @@ export class ExportModel {
             `manifest.json has no graphs.${role} for a ${manifest.task} export; re-export`,
           );
         }
-        graphs[role] = await engine.createSession(await folder.read(file), folder.entry(file));
+        const graph = await folder.graph(file); // bytes and external weights, sha256-checked
+        graphs[role] = await engine.createSession(graph.bytes, folder.entry(file), graph.externalData);
       }
       return new this({ folder, engine, tokenizer, graphs });
     } catch (error) {

