@@ -329,18 +329,21 @@ function viridis(t) {
 }
 
 const GAP = 22;
+const GRID_WIDTH = 760;
 
 /** Every (layer, head) heatmap, queries down and keys across, the chosen query's row outlined. */
 function drawGrid(map, { layer, head }) {
   const canvas = $("heatmap");
-  const cell = Math.max(6, Math.floor(110 / Math.max(map.keys, map.queries)));
+  // Cells of at most 110 px per panel side, smaller when the grid would pass GRID_WIDTH (MiniLM: 12 heads).
+  const fit = Math.floor((GRID_WIDTH / map.heads - GAP) / map.keys);
+  const cell = Math.max(2, Math.min(Math.floor(110 / Math.max(map.keys, map.queries)), fit));
   const [width, height] = [cell * map.keys, cell * map.queries]; // one panel
   canvas.width = map.heads * (width + GAP) + GAP;
   canvas.height = map.layers * (height + GAP) + GAP;
   const context = canvas.getContext("2d");
   context.fillStyle = "#fff";
   context.fillRect(0, 0, canvas.width, canvas.height);
-  context.font = "11px sans-serif";
+  context.font = width < 80 ? "9px sans-serif" : "11px sans-serif";
   let top = 0;
   for (const data of map.weights) for (const value of data) top = Math.max(top, value);
   for (let l = 0; l < map.layers; l++) {
@@ -348,7 +351,7 @@ function drawGrid(map, { layer, head }) {
       const x0 = GAP + h * (width + GAP);
       const y0 = GAP + l * (height + GAP);
       context.fillStyle = "#333";
-      context.fillText(`layer ${l} head ${h}`, x0, y0 - 6);
+      context.fillText(width < 80 ? `L${l} H${h}` : `layer ${l} head ${h}`, x0, y0 - 6);
       for (let q = 0; q < map.queries; q++) {
         for (let k = 0; k < map.keys; k++) {
           context.fillStyle = viridis(map.at(l, h, q, k) / top);
@@ -372,8 +375,9 @@ function pickPanel(event) {
   if (map === null) return;
   const { panelWidth, panelHeight } = $("heatmap").dataset;
   const rect = $("heatmap").getBoundingClientRect();
-  const h = Math.floor((event.clientX - rect.left - GAP / 2) / (Number(panelWidth) + GAP));
-  const l = Math.floor((event.clientY - rect.top - GAP / 2) / (Number(panelHeight) + GAP));
+  const scale = $("heatmap").width / rect.width; // canvas pixels per CSS pixel
+  const h = Math.floor(((event.clientX - rect.left) * scale - GAP / 2) / (Number(panelWidth) + GAP));
+  const l = Math.floor(((event.clientY - rect.top) * scale - GAP / 2) / (Number(panelHeight) + GAP));
   if (l < 0 || l >= map.layers || h < 0 || h >= map.heads) return;
   $("layer").value = String(l);
   $("head").value = String(h);
