@@ -1,21 +1,22 @@
 /**
- * The ONNX engines this host runs on, behind one interface so every model and golden shares one code path:
+ * The ONNX engines this host runs on, behind one interface so every model and golden shares one code path.
+ * The platform ("#platform") says which there are; in Node (src/node.js):
  *
  * - "native": onnxruntime-node, the CPU build of ONNX Runtime as a Node addon;
- * - "wasm": onnxruntime-web's WebAssembly backend, what a browser runs, here loaded in Node.
+ * - "wasm": onnxruntime-web's WebAssembly backend, what a browser runs, here loaded in Node;
+ *
+ * in a browser (hosts/web/platform.js): "wasm" and "webgpu" (onnxruntime-web). An Engine can also be
+ * made around an ONNX Runtime module directly: `new Engine("wasm", ort, {})`.
  *
  * Each engine module carries its own Tensor class, so tensors are always made through the engine that
  * will run them. Sessions are created from the checked bytes of a file, never from its path.
  */
 
-import { availableParallelism } from "node:os";
+import { cpuCount, ENGINES } from "#platform";
 
 import { InputError, ManifestError } from "./errors.js";
 
-export const ENGINES = {
-  native: { module: "onnxruntime-node", provider: "cpu" },
-  wasm: { module: "onnxruntime-web", provider: "wasm" },
-};
+export { ENGINES };
 
 export class Engine {
   constructor(name, ort, { threads }) {
@@ -103,12 +104,14 @@ export class Graph {
 
 /** The most threads an engine may use: the CPUs this process may run on (as the Python runtime). */
 export function maxThreads() {
-  return Math.max(availableParallelism(), 1);
+  return Math.max(cpuCount(), 1);
 }
 
 /**
  * Load an engine by name. `threads` caps the native engine's intra-op threads (default: ONNX Runtime's
- * choice; at most `maxThreads()`, since a larger pool only makes its threads compete for the cores); the wasm engine runs single-threaded in Node, where its worker-thread pool is not needed.
+ * choice; at most `maxThreads()`, since a larger pool only makes its threads compete for the cores). The
+ * platform's `setup` configures the module once loaded (in Node the wasm engine runs single-threaded,
+ * where its worker-thread pool is not needed; a page sets its threads and where its .wasm files are).
  */
 export async function loadEngine(name = "native", { threads } = {}) {
   if (!Object.hasOwn(ENGINES, name)) {
@@ -124,7 +127,7 @@ export async function loadEngine(name = "native", { threads } = {}) {
     );
   }
   const ort = await import(ENGINES[name].module);
-  if (name === "wasm") ort.env.wasm.numThreads = 1;
+  ENGINES[name].setup?.(ort, { threads });
   return new Engine(name, ort, { threads });
 }
 

@@ -2,16 +2,16 @@
  * Opening an export folder: manifest.json is parsed and every path it lists is checked before anything
  * is read. `read` returns the bytes of a listed file only after their size and sha256 match the
  * manifest; callers hand those same bytes to the engine or the tokenizer, so what is checked is what
- * runs.
+ * runs. The bytes come from the platform's file reader ("#platform": the file system in Node, fetch in
+ * a browser) or from the `files` reader given to `open`.
  */
 
-import { createHash } from "node:crypto";
-import { constants as fsConstants } from "node:fs";
-import { open, realpath, stat } from "node:fs/promises";
-import path from "node:path";
+import { openFiles, sha256Hex } from "#platform";
 
 import { ManifestError } from "./errors.js";
 import { externalTensors } from "./externaldata.js";
+
+export { sha256Hex };
 
 export const MANIFEST_NAME = "manifest.json";
 export const FORMAT_VERSION = 2;
@@ -47,34 +47,29 @@ function isRefusedCharacter(c) {
   return code < 32 || code === 127 || c === "\\" || c === ":";
 }
 
-export function sha256Hex(bytes) {
-  return createHash("sha256").update(bytes).digest("hex");
-}
-
 export class ExportFolder {
-  /** @param {string} root @param {object} manifest parsed and checked */
-  constructor(root, manifest) {
+  /**
+   * @param {string} root the folder, as shown in messages @param {object} manifest parsed and checked
+   * @param {{root: string, readManifest(name): Promise<Uint8Array>, read(parts, shown): Promise<Uint8Array>}} files
+   */
+  constructor(root, manifest, files) {
     this.root = root;
     this.manifest = manifest;
+    this.files = files;
     this.entries = new Map(manifest.files.map((entry) => [entry.path, entry]));
   }
 
-  /** Read and check `dir/manifest.json`; every listed path is checked here, before any file is read. */
-  static async open(dir) {
-    const root = path.resolve(String(dir));
-    let info;
-    try {
-      info = await stat(root);
-    } catch {
-      throw new ManifestError(`${root} does not exist; pass the folder an \`onnxformer export\` wrote`);
-    }
-    if (!info.isDirectory()) {
-      throw new ManifestError(`${root} is not a folder; pass the export folder, not a file inside it`);
-    }
-    const manifestPath = path.join(root, MANIFEST_NAME);
+  /**
+   * Read and check `dir/manifest.json`; every listed path is checked here, before any file is read.
+   * `files` is a reader to use instead of the platform's (a browser's directory picker, for one).
+   */
+  static async open(dir, { files } = {}) {
+    const reader = files ?? (await openFiles(dir));
+    const root = reader.root;
+    const manifestPath = `${root}/${MANIFEST_NAME}`;
     let text;
     try {
-      text = new TextDecoder("utf-8", { fatal: true }).decode(await readRegularFile(manifestPath));
+      text = new TextDecoder("utf-8", { fatal: true }).decode(await reader.readManifest(MANIFEST_NAME));
     } catch (error) {
       if (error instanceof ManifestError) {
         throw new ManifestError(
@@ -89,7 +84,7 @@ export class ExportFolder {
     } catch (error) {
       throw new ManifestError(`${manifestPath} is not valid JSON (${error.message}); re-export the folder`);
     }
-    return new ExportFolder(root, checkManifest(manifest));
+    return new ExportFolder(root, checkManifest(manifest), reader);
   }
 
   /** The manifest entry of `relative`, or a ManifestError if the manifest does not list it. */
@@ -106,27 +101,14 @@ export class ExportFolder {
   /** The bytes of a listed file (a Uint8Array) after checking their size and sha256 against the manifest. */
   async read(relative) {
     const entry = this.entry(relative);
-    const location = path.join(this.root, ...checkRelativePath(entry.path));
-    let real;
-    try {
-      real = await realpath(location);
-    } catch {
-      throw new ManifestError(
-        `${entry.path} is listed in ${MANIFEST_NAME} but missing; re-export the folder`,
-      );
-    }
-    const realRoot = await realpath(this.root);
-    if (!real.startsWith(realRoot + path.sep)) {
-      throw new ManifestError(`${entry.path} leads outside the export folder ${this.root}; refusing it`);
-    }
-    const bytes = await readRegularFile(location);
+    const bytes = await this.files.read(checkRelativePath(entry.path), entry.path);
     if (bytes.length !== entry.size) {
       throw new ManifestError(
         `${entry.path} has ${bytes.length} bytes but ${MANIFEST_NAME} says ${entry.size}: the file was ` +
           "truncated or altered; re-export the folder",
       );
     }
-    const digest = sha256Hex(bytes);
+    const digest = await sha256Hex(bytes);
     if (digest !== entry.sha256) {
       throw new ManifestError(
         `${entry.path} does not match its sha256 in ${MANIFEST_NAME} (got ${digest.slice(0, 12)}..., ` +
@@ -152,7 +134,7 @@ export class ExportFolder {
         .filter((entry) => entry.kind === WEIGHTS_KIND && entry.options?.graph === relative)
         .map((entry) => [entry.path, entry]),
     );
-    const folder = path.posix.dirname(relative);
+    const folder = relative.includes("/") ? relative.slice(0, relative.lastIndexOf("/")) : "."; // its dirname
     const names = new Set();
     const locations = new Map(); // location as the model writes it -> listed path
     for (const tensor of tensors) {
@@ -272,23 +254,4 @@ function checkManifest(manifest) {
     }
   }
   return manifest;
-}
-
-/** The bytes of a regular file, never through a final symbolic link. */
-async function readRegularFile(location) {
-  let handle;
-  try {
-    handle = await open(location, fsConstants.O_RDONLY | (fsConstants.O_NOFOLLOW ?? 0));
-  } catch (error) {
-    throw new ManifestError(`cannot open ${location}: ${error.code ?? error.message}`);
-  }
-  try {
-    if (!(await handle.stat()).isFile()) {
-      throw new ManifestError(`${location} is not a regular file; refusing it`);
-    }
-    const buffer = await handle.readFile();
-    return new Uint8Array(buffer.buffer, buffer.byteOffset, buffer.byteLength);
-  } finally {
-    await handle.close();
-  }
 }

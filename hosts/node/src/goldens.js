@@ -8,7 +8,7 @@
  * Every file is read through the folder, so its size and sha256 are checked before use.
  */
 
-import { loadEngine } from "./engine.js";
+import { Engine, loadEngine } from "./engine.js";
 import { GoldenError } from "./errors.js";
 import { ExportFolder } from "./folder.js";
 import { openFolder } from "./open.js";
@@ -20,7 +20,11 @@ import { decodeTensorProto } from "./tensorproto.js";
  *   one result per graph output per case, per tokenizer text, per greedy prompt, per embedding
  */
 export async function verifyExport(dir, { engine = "native", threads } = {}) {
-  const folder = await ExportFolder.open(dir);
+  return verifyFolder(await ExportFolder.open(dir), { engine, threads });
+}
+
+/** `verifyExport` on an opened folder, on an engine named or given (an Engine, as a web page makes). */
+export async function verifyFolder(folder, { engine = "native", threads } = {}) {
   for (const entry of folder.manifest.files) await folder.read(entry.path);
   const goldens = folder.manifest.goldens;
   if (goldens == null || !Array.isArray(goldens.graphs)) {
@@ -28,7 +32,7 @@ export async function verifyExport(dir, { engine = "native", threads } = {}) {
       `${folder.root}/manifest.json has no goldens; re-export with an onnxformer that writes golden test data`,
     );
   }
-  const runner = await loadEngine(engine, { threads });
+  const runner = engine instanceof Engine ? engine : await loadEngine(engine, { threads });
   const results = [];
   for (const graph of goldens.graphs) results.push(...(await runGraphGoldens(folder, runner, graph)));
   if (goldens.end_to_end != null) results.push(...(await runEndToEnd(folder, runner, goldens.end_to_end)));

@@ -16,7 +16,7 @@ export { SentenceEncoder, TextEncoder } from "./encoder.js";
 export { GoldenError, InputError, ManifestError, OnnxformerError } from "./errors.js";
 export { checkRelativePath, ExportFolder } from "./folder.js";
 export { TextGenerator } from "./generator.js";
-export { verifyExport } from "./goldens.js";
+export { compare, verifyExport, verifyFolder } from "./goldens.js";
 export { TASKS } from "./manifest.js";
 export { CLASSES, openExport as load, openExport, openFolder } from "./open.js";
 export { defaultRng, Generator, PCG64, SeedSequence } from "./rng.js";

@@ -1,0 +1,78 @@
+// What the browser host (hosts/web) relies on in the shared modules: a file reader given to
+// ExportFolder.open (the checks stay in the shared code, whoever reads the bytes), goldens on an Engine
+// made around an ONNX Runtime module, and decoding's `choose` / `onToken` hooks (sampling, streaming).
+
+import assert from "node:assert/strict";
+import { readFile } from "node:fs/promises";
+import path from "node:path";
+import { test } from "node:test";
+
+import * as ort from "onnxruntime-node";
+
+import { Engine, ExportFolder, ManifestError, openFolder, verifyFolder } from "../src/index.js";
+import { exportDir } from "./helpers.js";
+
+/** A reader over exported/`name` that hands out `change(relative, bytes)` instead of the file's bytes. */
+function reader(name, change = (relative, bytes) => bytes) {
+  const root = exportDir(name);
+  return {
+    root: `memory:${name}`,
+    readManifest: async (file) => new Uint8Array(await readFile(path.join(root, file))),
+    read: async (parts, shown) => change(shown, new Uint8Array(await readFile(path.join(root, ...parts)))),
+  };
+}
+
+test("a given reader's bytes are checked against the manifest like the file system's", async () => {
+  const flip = (relative, bytes) => {
+    if (relative === "decoder.onnx") bytes[bytes.length - 1] ^= 1;
+    return bytes;
+  };
+  const folder = await ExportFolder.open(null, { files: reader("gpt", flip) });
+  assert.equal(folder.root, "memory:gpt");
+  assert.equal((await folder.read("tokenizer.json")).length, folder.entry("tokenizer.json").size);
+  await assert.rejects(folder.read("decoder.onnx"), (error) => {
+    assert.ok(error instanceof ManifestError);
+    assert.match(error.message, /decoder\.onnx does not match its sha256 in manifest\.json/);
+    return true;
+  });
+});
+
+test("goldens run on an Engine made around an ONNX Runtime module, files from a given reader", async () => {
+  const folder = await ExportFolder.open(null, { files: reader("bert") });
+  const report = await verifyFolder(folder, { engine: new Engine("native", ort, { threads: 1 }) });
+  assert.equal(report.engine, "native");
+  assert.ok(report.ok, JSON.stringify(report.results.filter((result) => !result.ok).slice(0, 3)));
+  assert.ok(report.results.some((result) => result.check === "embedding"));
+});
+
+test("decoding streams each token to onToken and lets choose pick the tokens", async () => {
+  const folder = await ExportFolder.open(exportDir("gpt"));
+  const model = await openFolder(folder, { engine: new Engine("native", ort, { threads: 1 }) });
+  try {
+    const ids = model.frame("the cat");
+    const greedy = await model.generateIds(ids, { maxNewTokens: 8 });
+    const streamed = [];
+    const result = await model.generateIds(ids, {
+      maxNewTokens: 8,
+      onToken: (token, tokens) => streamed.push([token, tokens.length]),
+    });
+    assert.deepEqual(result, greedy);
+    assert.deepEqual(
+      streamed,
+      greedy.tokens.map((token, index) => [token, index + 1]),
+    );
+    const [stop] = model.generation.stop_tokens;
+    const stopped = await model.generateIds(ids, { maxNewTokens: 8, choose: () => stop });
+    assert.deepEqual(stopped, { tokens: [], finishReason: "stop" });
+    const seen = [];
+    const alwaysTen = (logits) => {
+      seen.push(logits.length);
+      return 10;
+    };
+    const fixed = await model.generateIds(ids, { maxNewTokens: 3, choose: alwaysTen });
+    assert.deepEqual(fixed, { tokens: [10, 10, 10], finishReason: "length" });
+    assert.deepEqual(seen, [model.vocabSize, model.vocabSize, model.vocabSize]);
+  } finally {
+    await model.close();
+  }
+});
