@@ -44,35 +44,3 @@ test("goldens run on an Engine made around an ONNX Runtime module, files from a 
   assert.ok(report.ok, JSON.stringify(report.results.filter((result) => !result.ok).slice(0, 3)));
   assert.ok(report.results.some((result) => result.check === "embedding"));
 });
-
-test("decoding streams each token to onToken and lets choose pick the tokens", async () => {
-  const folder = await ExportFolder.open(exportDir("gpt"));
-  const model = await openFolder(folder, { engine: new Engine("native", ort, { threads: 1 }) });
-  try {
-    const ids = model.frame("the cat");
-    const greedy = await model.generateIds(ids, { maxNewTokens: 8 });
-    const streamed = [];
-    const result = await model.generateIds(ids, {
-      maxNewTokens: 8,
-      onToken: (token, tokens) => streamed.push([token, tokens.length]),
-    });
-    assert.deepEqual(result, greedy);
-    assert.deepEqual(
-      streamed,
-      greedy.tokens.map((token, index) => [token, index + 1]),
-    );
-    const [stop] = model.generation.stop_tokens;
-    const stopped = await model.generateIds(ids, { maxNewTokens: 8, choose: () => stop });
-    assert.deepEqual(stopped, { tokens: [], finishReason: "stop" });
-    const seen = [];
-    const alwaysTen = (logits) => {
-      seen.push(logits.length);
-      return 10;
-    };
-    const fixed = await model.generateIds(ids, { maxNewTokens: 3, choose: alwaysTen });
-    assert.deepEqual(fixed, { tokens: [10, 10, 10], finishReason: "length" });
-    assert.deepEqual(seen, [model.vocabSize, model.vocabSize, model.vocabSize]);
-  } finally {
-    await model.close();
-  }
-});
