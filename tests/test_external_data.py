@@ -21,7 +21,7 @@ from onnxformer.builder.export.models import export_checkpoint
 from onnxformer.runtime import load
 from onnxformer.runtime.check import check_export
 from onnxformer.runtime.errors import ExportError, ManifestError
-from onnxformer.runtime.folder import ExportFolder, GraphBytes
+from onnxformer.runtime.folder import ExportFolder, GraphBytes, uses_external_data
 from onnxformer.runtime.goldens import golden_cases, run_goldens
 from onnxformer.runtime.session import create_session
 
@@ -142,3 +142,34 @@ def test_externalize_refuses_a_location_that_is_not_a_plain_name() -> None:
     for location in ("../w.data", "sub/w.data", "", ".."):
         with pytest.raises(ExportError, match="plain file name"):
             externalize(data, location=location)
+
+
+def test_a_graph_past_the_threshold_moves_out_before_it_is_serialised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The path a graph past protobuf's 2 GB takes (weights moved out of the in-memory ModelProto, then
+    onnx.checker on the graph and its weights in a temporary folder, then parity on the graph as the
+    runtime loads it), taken here by a small block under a lowered threshold."""
+    from onnxformer.builder.export import external, pipeline
+    from onnxformer.builder.export.blocks import block_graph, build_block
+    from onnxformer.builder.export.catalog import encoder_spec
+
+    monkeypatch.setattr(external, "EXTERNAL_THRESHOLD", 10_000)
+    monkeypatch.setattr(pipeline, "EXTERNAL_THRESHOLD", 10_000)
+    checked = []
+    original = pipeline.check_graph_with_weights
+    monkeypatch.setattr(pipeline, "check_graph_with_weights", lambda *a: checked.append(a) or original(*a))
+    spec = encoder_spec("pre", "gelu", "none")
+    module = build_block(spec, seed=0)
+    exported = pipeline.export_one(block_graph(spec, seed=0), module, tolerance=1e-5)
+    graph, weights = exported.entries[0], exported.entries[1]
+    assert len(checked) == 1, "the checker ran on the graph with its weights file"
+    assert weights.path == graph.path + ".data" and weights.weights_of == graph.path
+    assert (
+        weights.size > 10_000
+        and not uses_external_data(b"")
+        and uses_external_data(exported.files[graph.path])
+    )
+    worst = max(graph.parity.max_abs_diff.values())
+    print(f"{graph.path}: weights moved out ({weights.size} bytes), parity max abs diff {worst:.1e}")
+    assert worst <= 1e-5

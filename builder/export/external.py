@@ -16,6 +16,8 @@ pass `EXTERNAL_THRESHOLD`, so every model that fits stays one self-contained .on
 """
 
 import posixpath
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -90,6 +92,19 @@ def move_weights_out(model: onnx.ModelProto, graph: str, external_data: bool | N
     if not wants_external(model.ByteSize(), external_data):
         return b""
     return externalize_proto(model, location=posixpath.basename(weights_path(graph)))
+
+
+def check_graph_with_weights(model: onnx.ModelProto, graph: str, weights: bytes) -> None:
+    """onnx.checker (with shape inference) on a graph whose weights are already out: it reads external data
+    from files only, so both go to a temporary folder first (only for graphs past the threshold)."""
+    with tempfile.TemporaryDirectory(prefix="onnxformer-check-") as folder:
+        (Path(folder) / posixpath.basename(weights_path(graph))).write_bytes(weights)
+        path = Path(folder) / posixpath.basename(graph)
+        path.write_bytes(model.SerializeToString())
+        try:
+            onnx.checker.check_model(str(path), full_check=True)
+        except onnx.checker.ValidationError as error:
+            raise ExportError(f"the exported graph fails onnx.checker: {error}") from error
 
 
 def weights_entry(graph: str, weights: bytes) -> FileEntry:

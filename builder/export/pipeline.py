@@ -15,7 +15,14 @@ from typing import Any
 
 from torch import nn
 
-from onnxformer.builder.export.external import graph_bytes, move_weights_out, weights_entry, weights_path
+from onnxformer.builder.export.external import (
+    EXTERNAL_THRESHOLD,
+    check_graph_with_weights,
+    graph_bytes,
+    move_weights_out,
+    weights_entry,
+    weights_path,
+)
 from onnxformer.builder.export.goldens import GoldenRecorder, golden_entries
 from onnxformer.builder.export.graph import DEFAULT_OPSET, check_graph, export_graph, io_specs
 from onnxformer.builder.export.parity import Cases, measure_parity
@@ -73,8 +80,12 @@ def export_one(
         metadata=spec.metadata,
         check=False,
     )
-    weights = move_weights_out(model, spec.filename, external_data)
-    check_graph(model)
+    if model.ByteSize() < EXTERNAL_THRESHOLD:
+        check_graph(model)  # in memory, before any weights move (the checker would look for their file)
+        weights = move_weights_out(model, spec.filename, external_data)
+    else:
+        weights = move_weights_out(model, spec.filename, external_data)
+        check_graph_with_weights(model, spec.filename, weights)
     data = model.SerializeToString()
     try:
         session = create_session(graph_bytes(data, weights), device="cpu")
