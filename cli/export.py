@@ -2,7 +2,7 @@
 folder any ONNX Runtime host can run."""
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.console import Console
@@ -50,6 +50,13 @@ def export_command(
             "Without it, only a graph past ONNX's 2 GB limit does.",
         ),
     ] = False,
+    layout: Annotated[
+        Literal["onnxformer", "optimum"],
+        typer.Option(
+            help="optimum: also write the files Optimum's ORTModel classes and transformers.js open "
+            "(config.json, onnx/model.onnx, ...; listed in the manifest). Hugging Face folders only.",
+        ),
+    ] = "onnxformer",
     overwrite: Overwrite = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the manifest as JSON.")] = False,
 ) -> None:
@@ -94,6 +101,11 @@ def export_command(
 
                 progress.update(task, description="optimizing (onnxformer optimize)")
                 manifest = optimize_export(out, out, quantize="int8" if int8 else None)
+            if layout != "onnxformer":
+                from onnxformer.builder.export.layout import write_layout
+
+                progress.update(task, description=f"writing the {layout} layout")
+                manifest = write_layout(out, checkpoint, layout=layout)
     if as_json:
         typer.echo(manifest.to_json())
         return
