@@ -37,7 +37,6 @@ import dataclasses
 import json
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -62,7 +61,7 @@ from onnxformer.builder.export.recipes.base import (
 from onnxformer.builder.export.samples import padded_mask
 from onnxformer.runtime.errors import ExportError
 from onnxformer.runtime.folder import ExportFolder, sha256_bytes
-from onnxformer.runtime.manifest import WEIGHTS_KIND, FileEntry, GoldenGraph, Goldens, Manifest
+from onnxformer.runtime.manifest import WEIGHTS_KIND, FileEntry, Goldens, Manifest
 
 Layout = Literal["onnxformer", "optimum"]
 LAYOUTS: tuple[str, ...] = ("onnxformer", "optimum")
@@ -163,7 +162,9 @@ def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ExportError(f"{path} does not exist; pass the Hugging Face folder the export was made from")
+        raise ExportError(
+            f"{path} does not exist; pass the Hugging Face folder the export was made from"
+        ) from None
     except (UnicodeDecodeError, ValueError) as error:
         raise ExportError(f"{path} is not JSON ({error}); pass the Hugging Face folder's own file") from None
     if not isinstance(data, dict):
@@ -292,8 +293,3 @@ def _merged_decoder(manifest: Manifest, source: Path, layout: str):
     return export_one(
         spec, MergedDecoder(model), opset=manifest.opset, tolerance=MODEL_TOLERANCE, rtol=MODEL_RTOL
     )
-
-
-def layout_files(manifest: Manifest) -> Iterator[FileEntry]:
-    """The entries a layout added (none for our own layout)."""
-    return (entry for entry in manifest.files if "layout" in entry.options)

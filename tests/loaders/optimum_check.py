@@ -42,7 +42,9 @@ def run(request: dict) -> dict:
         if task == "encode":
             result["last_hidden_state"] = plain(model(**inputs).last_hidden_state)
         else:
-            step = {"decoder_input_ids": torch.tensor(request["decoder_input_ids"])} if task == "seq2seq" else {}
+            step = (
+                {"decoder_input_ids": torch.tensor(request["decoder_input_ids"])} if task == "seq2seq" else {}
+            )
             result["logits"] = plain(model(**inputs, **step).logits)
             sequences = model.generate(
                 **inputs, max_new_tokens=request["max_new_tokens"], do_sample=False, num_beams=1
