@@ -236,3 +236,12 @@ def test_layout_refuses_another_models_folder(
         write_layout(copy, hf_folders["bert"], layout="optimum")
     with pytest.raises(ExportError, match="unknown layout"):
         write_layout(copy, hf_folders["bert"], layout="onnx")  # type: ignore[arg-type]
+
+
+def test_export_refuses_a_layout_without_a_hugging_face_folder(tmp_path: Path) -> None:
+    (tmp_path / "checkpoint").mkdir()
+    args = ["export", str(tmp_path / "checkpoint"), "--out", str(tmp_path / "out"), "--layout", "optimum"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code != 0
+    assert "needs a Hugging Face model folder" in result.output
+    assert not (tmp_path / "out" / "manifest.json").exists()

@@ -135,6 +135,17 @@ def write_layout(export_dir: str | os.PathLike, source: str | os.PathLike, *, la
     return updated
 
 
+def check_layout_source(source: str | os.PathLike, *, layout: Layout) -> None:
+    """Before an export: a layout other than ours needs a Hugging Face folder (its config.json)."""
+    from onnxformer.builder.pretrained import is_pretrained_folder
+
+    if layout != "onnxformer" and not is_pretrained_folder(source):
+        raise ExportError(
+            f"--layout {layout} needs a Hugging Face model folder (config.json, model.safetensors), and "
+            f"{source} is not one; export a training checkpoint without --layout"
+        )
+
+
 def _check_source(manifest: Manifest, source: Path, export_dir: str | os.PathLike) -> None:
     imported = manifest.extra.get("source")
     if manifest.export_kind != "model" or not isinstance(imported, dict):
