@@ -4,8 +4,9 @@ own environment, .venv-optimum: Optimum pins transformers < 4.58) open the expor
 folders, and compute the logits, hidden states and greedy tokens our runtime computes.
 
 GPT-2, Llama and T5 reuse the session's exports of the import tests (conftest.py `hf_exports`), copied and
-given the layout here; BERT is exported through the CLI with --layout optimum. Each loader runs once, in
-one subprocess, over the four exports."""
+given the layout here; BERT is exported through the CLI with --layout optimum, BERT with its masked-LM
+and classification heads through the library (the loaders' head classes read our head as `logits`). Each
+loader runs once, in one subprocess, over the six exports."""
 
 import json
 import shutil
@@ -17,6 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from onnxformer.builder.export.layout import write_layout
+from onnxformer.builder.export.models import export_checkpoint
 from onnxformer.cli.main import app
 from onnxformer.runtime import load
 from onnxformer.runtime.errors import ExportError
@@ -35,8 +37,12 @@ LOADED = {
     "gpt2": ("generate", ["onnx/model.onnx"]),
     "llama": ("generate", ["onnx/model.onnx"]),
     "bert": ("encode", ["onnx/model.onnx"]),
+    "bert-mlm": ("encode", ["onnx/model.onnx"]),
+    "bert-cls": ("encode", ["onnx/model.onnx"]),
     "t5": ("seq2seq", ["onnx/decoder_model_merged.onnx", "onnx/encoder_model.onnx"]),
 }
+# name -> (the loaders' head class, our output they read as `logits`)
+HEADS = {"bert-mlm": ("masked-lm", "mlm_logits"), "bert-cls": ("classification", "class_logits")}
 
 
 @pytest.fixture(scope="session")
@@ -57,6 +63,10 @@ def layout_exports(
     result = CliRunner().invoke(app, [*args, "--layout", "optimum"])
     assert result.exit_code == 0, result.output
     made["bert"] = root / "bert"
+    for name in HEADS:
+        export_checkpoint(hf_folders[name], root / name, blocks=False, attentions=False)
+        write_layout(root / name, hf_folders[name], layout="optimum")
+        made[name] = root / name
     return made
 
 
@@ -83,6 +93,7 @@ def _prompts(name: str, export: Path) -> dict:
         "max_new_tokens": NEW_TOKENS,
         "text": TEXT,
         "rows": rows,
+        "head": HEADS.get(name, (None,))[0],
     }
     if task == "seq2seq":
         start = model.export.manifest.generation.decoder_start_token_id
@@ -136,8 +147,9 @@ def _ours(name: str, export: Path, request: dict) -> dict[str, np.ndarray | list
     task = request["task"]
     if task == "encode":
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-        (hidden,) = sessions["encoder"].run(feeds, ["last_hidden_state"])
-        return {"last_hidden_state": hidden}
+        output = HEADS[name][1] if name in HEADS else "last_hidden_state"
+        (value,) = sessions["encoder"].run(feeds, [output])
+        return {"logits" if name in HEADS else output: value}
     stop = list(model.export.manifest.generation.stop_tokens)
     generations = model.generate_ids(request["rows"], max_new_tokens=NEW_TOKENS, temperature=0.0)
     ours: dict = {"tokens": [generation.tokens for generation in generations], "stop": stop}

@@ -83,6 +83,9 @@ COPIES = {
     "encode": (("encoder", "model.onnx"),),
     "seq2seq": (("encoder", "encoder_model.onnx"),),
 }
+# Hugging Face architecture -> our output that the loaders' head classes read as `logits`
+# (ORTModelForMaskedLM / ORTModelForSequenceClassification, transformers.js' BertForMaskedLM / ...).
+LOGITS = {"BertForMaskedLM": "mlm_logits", "BertForSequenceClassification": "class_logits"}
 MERGED_DECODER = "decoder_model_merged.onnx"
 DECODER_PAST_KEY, DECODER_PAST_VALUE = "past_key_values.{i}.decoder.key", "past_key_values.{i}.decoder.value"
 DECODER_PRESENT_KEY, DECODER_PRESENT_VALUE = "present.{i}.decoder.key", "present.{i}.decoder.value"
@@ -112,10 +115,12 @@ def write_layout(export_dir: str | os.PathLike, source: str | os.PathLike, *, la
     for path, data in _side_files(source).items():
         add(path, data, FileEntry(path, sha256_bytes(data), len(data), "layout", {"layout": layout}, (), ()))
     goldens_of = {graph.file: graph for graph in golden_graphs}
+    head = LOGITS.get(manifest.extra["source"]["architecture"])
     for role, name in COPIES[manifest.task]:
         original = manifest.file(manifest.graphs[role])
         path = f"{SUBFOLDER}/{name}"
-        data, entry = _renamed_copy(original, files[original.path], path, layout)
+        aliases = {"logits": head} if head and role == "encoder" else {}
+        data, entry = _renamed_copy(original, files[original.path], path, layout, aliases)
         add(path, data, entry)
         if original.path in goldens_of:
             golden_graphs.append(dataclasses.replace(goldens_of[original.path], file=path))
@@ -199,17 +204,28 @@ def _renamed_axis(name: str) -> str:
     return re.sub(r"[A-Za-z_]\w*", lambda m: AXES.get(m.group(), m.group()), name)
 
 
-def _renamed_copy(original: FileEntry, data: bytes, path: str, layout: str) -> tuple[bytes, FileEntry]:
-    """The graph `data` with its symbolic axes renamed (the computation untouched), and its entry."""
+def _renamed_copy(
+    original: FileEntry, data: bytes, path: str, layout: str, aliases: dict[str, str]
+) -> tuple[bytes, FileEntry]:
+    """The graph `data` with its symbolic axes renamed (the computation untouched) and each alias
+    (new output name -> one of its outputs) added as an Identity of that output; and its entry."""
     model = onnx.load_from_string(data)
     graph = model.graph
     for value in [*graph.input, *graph.output, *graph.value_info]:
         for dim in value.type.tensor_type.shape.dim:
             if dim.dim_param:
                 dim.dim_param = _renamed_axis(dim.dim_param)
+    outputs = {value.name: value for value in graph.output}
+    for alias, name in aliases.items():
+        if alias in outputs or name not in outputs:
+            raise ExportError(f"{original.path}: cannot add output {alias!r} as a copy of {name!r}")
+        graph.node.append(onnx.helper.make_node("Identity", [name], [alias], name=f"layout_{alias}"))
+        value = graph.output.add()
+        value.CopyFrom(outputs[name])
+        value.name = alias
     copy = model.SerializeToString()
     inputs, outputs = io_specs(model)
-    options = {**original.options, "layout": layout, "copy_of": original.path}
+    options = {**original.options, "layout": layout, "copy_of": original.path, "aliases": aliases}
     entry = FileEntry(
         path, sha256_bytes(copy), len(copy), original.kind, options, inputs, outputs, original.parity
     )

@@ -5,20 +5,28 @@ project's own environment.
     .venv-optimum/bin/python optimum_check.py REQUESTS_JSON
 
 REQUESTS_JSON: a list of {"folder", "task": "generate" | "encode" | "seq2seq", "input_ids": [[...]],
-"attention_mask": [[...]], "decoder_input_ids": [[...]] (seq2seq), "max_new_tokens"}; prints the list of
-results.
+"attention_mask": [[...]], "decoder_input_ids": [[...]] (seq2seq), "head": null | "masked-lm" |
+"classification" (encode), "max_new_tokens"}; prints the list of results.
 """
 
 import json
 import sys
 
 import torch
-from optimum.onnxruntime import ORTModelForCausalLM, ORTModelForFeatureExtraction, ORTModelForSeq2SeqLM
+from optimum.onnxruntime import (
+    ORTModelForCausalLM,
+    ORTModelForFeatureExtraction,
+    ORTModelForMaskedLM,
+    ORTModelForSeq2SeqLM,
+    ORTModelForSequenceClassification,
+)
 
 CLASSES = {
     "generate": ORTModelForCausalLM,
     "encode": ORTModelForFeatureExtraction,
     "seq2seq": ORTModelForSeq2SeqLM,
+    "masked-lm": ORTModelForMaskedLM,
+    "classification": ORTModelForSequenceClassification,
 }
 
 
@@ -32,14 +40,17 @@ def main() -> None:
 
 def run(request: dict) -> dict:
     task = request["task"]
-    model = CLASSES[task].from_pretrained(request["folder"], local_files_only=True)
+    head = request.get("head")
+    model = CLASSES[head or task].from_pretrained(request["folder"], local_files_only=True)
     inputs = {
         "input_ids": torch.tensor(request["input_ids"]),
         "attention_mask": torch.tensor(request["attention_mask"]),
     }
     result = {"files": sorted(str(path) for path in _files(model))}
     with torch.no_grad():
-        if task == "encode":
+        if task == "encode" and head:
+            result["logits"] = plain(model(**inputs).logits)
+        elif task == "encode":
             result["last_hidden_state"] = plain(model(**inputs).last_hidden_state)
         else:
             step = (

@@ -4,8 +4,8 @@
 //   node transformers_js.mjs HOSTS_NODE_DIR REQUESTS_JSON
 //
 // REQUESTS_JSON: a list of {"folder", "task": "generate" | "encode" | "seq2seq", "input_ids": [[...]],
-// "attention_mask": [[...]], "decoder_input_ids": [[...]] (seq2seq), "max_new_tokens", "text"}; prints
-// the list of results.
+// "attention_mask": [[...]], "decoder_input_ids": [[...]] (seq2seq), "head": null | "masked-lm" |
+// "classification" (encode), "max_new_tokens", "text"}; prints the list of results.
 import { createRequire } from 'node:module';
 import path from 'node:path';
 
@@ -29,17 +29,19 @@ const CLASSES = {
   generate: tjs.AutoModelForCausalLM,
   encode: tjs.AutoModel,
   seq2seq: tjs.AutoModelForSeq2SeqLM,
+  'masked-lm': tjs.AutoModelForMaskedLM,
+  classification: tjs.AutoModelForSequenceClassification,
 };
 
 async function run(request) {
   tjs.env.localModelPath = path.dirname(path.resolve(request.folder)) + path.sep;
   const name = path.basename(request.folder);
   const inputs = { input_ids: tensor(request.input_ids), attention_mask: tensor(request.attention_mask) };
-  const model = await CLASSES[request.task].from_pretrained(name);
+  const model = await CLASSES[request.head ?? request.task].from_pretrained(name);
   const result = {};
   if (request.task === 'encode') {
     const out = await model(inputs);
-    result.last_hidden_state = plain(out.last_hidden_state);
+    result[request.head ? 'logits' : 'last_hidden_state'] = plain(request.head ? out.logits : out.last_hidden_state);
   } else {
     const step = request.task === 'seq2seq' ? { decoder_input_ids: tensor(request.decoder_input_ids) } : {};
     result.logits = plain((await model({ ...inputs, ...step })).logits);
