@@ -198,16 +198,19 @@ def _compare(name: str, loader: str, got: dict, export: Path, request: dict) -> 
     return worst
 
 
+def _framed(export: Path) -> list[int]:
+    """TEXT's ids as our runtime frames them (the special tokens the loaders' tokenizers add)."""
+    model = load(export)
+    manifest = model.export.manifest
+    return manifest.text_framing().ids(model.tokenizer.encode(TEXT), manifest.special_tokens)
+
+
 @pytest.mark.parametrize("name", list(LOADED))
 def test_transformers_js_computes_what_our_runtime_does(
     layout_exports: dict[str, Path], requests: dict[str, dict], transformers_js: dict[str, dict], name: str
 ) -> None:
     _compare(name, "transformers.js", transformers_js[name], layout_exports[name], requests[name])
-    model = load(layout_exports[name])
-    framed = model.export.manifest.text_framing().ids(
-        model.tokenizer.encode(TEXT), model.export.manifest.special_tokens
-    )
-    assert transformers_js[name]["text_ids"] == framed  # its tokenizer, from tokenizer.json + config
+    assert transformers_js[name]["text_ids"] == _framed(layout_exports[name])  # its own tokenizer
 
 
 @pytest.mark.parametrize("name", list(LOADED))
@@ -215,6 +218,7 @@ def test_optimum_computes_what_our_runtime_does(
     layout_exports: dict[str, Path], requests: dict[str, dict], optimum: dict[str, dict], name: str
 ) -> None:
     _compare(name, "optimum", optimum[name], layout_exports[name], requests[name])
+    assert optimum[name]["text_ids"] == _framed(layout_exports[name])  # transformers 4's AutoTokenizer
     loaded = [Path(path).relative_to(layout_exports[name]).as_posix() for path in optimum[name]["files"]]
     assert loaded == LOADED[name][1]  # the layout's graphs, not ours under our names
 

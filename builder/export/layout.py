@@ -5,9 +5,10 @@ our runtime still checks every byte and those loaders open the folder as it is.
     write_layout("exported/gpt2", "path/to/hf-folder", layout="optimum")
 
 adds the source folder's config.json (with `"transformers.js_config": {"dtype": "fp32"}`, so that
-transformers.js picks the fp32 graphs on every device), generation_config.json, tokenizer_config.json and
-special_tokens_map.json where the folder has them, and under onnx/ the graphs by the names both loaders
-look for:
+transformers.js picks the fp32 graphs on every device), generation_config.json, tokenizer_config.json (a
+transformers 5 `TokenizersBackend` named `PreTrainedTokenizerFast`, the same class under the name
+transformers 4 also reads) and special_tokens_map.json where the folder has them, and under onnx/ the
+graphs by the names both loaders look for:
 
   task      onnx/                                          made from
   generate  model.onnx                                     decoder.onnx
@@ -20,7 +21,9 @@ folder recursively for the same names (`model.onnx`, `encoder_model.onnx`, `deco
 A copied graph computes exactly what ours does: only its symbolic axes are renamed to Optimum's
 (`batch_size`, `past_sequence_length`, ...), because transformers.js sizes the empty first-step cache from
 the input's axis names (`batch_size` is the one it fills in; any other name becomes 0). Its goldens are
-the original's cases, so `onnxformer verify` runs them on the copy too.
+the original's cases, so `onnxformer verify` runs them on the copy too. A BERT with a masked-LM or
+classification head also gets that head's output under the name the loaders' head classes read,
+`logits` (an Identity of `mlm_logits` / `class_logits`).
 
 T5's decoder is the one graph that cannot be copied: ours takes every layer's cross-attention keys and
 values (computed once by our encoder graph), while both loaders feed `encoder_hidden_states`. So the
@@ -67,8 +70,12 @@ Layout = Literal["onnxformer", "optimum"]
 LAYOUTS: tuple[str, ...] = ("onnxformer", "optimum")
 SUBFOLDER = "onnx"
 # Copied as they are from the Hugging Face folder (config.json is written with transformers.js' dtype).
-SIDE_FILES = ("generation_config.json", "tokenizer_config.json", "special_tokens_map.json")
+SIDE_FILES = ("generation_config.json", "special_tokens_map.json")
 CONFIG = "config.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+# transformers 5 saves its generic tokenizers.json-backed class as TokenizersBackend, which transformers 4
+# (the one Optimum pins) does not know; PreTrainedTokenizerFast is the same class under the name both read.
+TOKENIZER_CLASSES = {"TokenizersBackend": "PreTrainedTokenizerFast"}
 # Our axis names -> Optimum's (optimum/exporters/onnx/model_configs.py), the names transformers.js reads.
 AXES = {
     "batch": "batch_size",
@@ -196,6 +203,14 @@ def _side_files(source: Path) -> dict[str, bytes]:
     for name in SIDE_FILES:
         if (source / name).is_file():
             files[name] = (source / name).read_bytes()
+    if (source / TOKENIZER_CONFIG).is_file():
+        tokenizer = _read_json(source / TOKENIZER_CONFIG)
+        named = tokenizer.get("tokenizer_class")
+        if named in TOKENIZER_CLASSES:
+            tokenizer = {**tokenizer, "tokenizer_class": TOKENIZER_CLASSES[named]}
+            files[TOKENIZER_CONFIG] = (json.dumps(tokenizer, indent=2) + "\n").encode()
+        else:
+            files[TOKENIZER_CONFIG] = (source / TOKENIZER_CONFIG).read_bytes()
     return files
 
 

@@ -6,7 +6,7 @@ project's own environment.
 
 REQUESTS_JSON: a list of {"folder", "task": "generate" | "encode" | "seq2seq", "input_ids": [[...]],
 "attention_mask": [[...]], "decoder_input_ids": [[...]] (seq2seq), "head": null | "masked-lm" |
-"classification" (encode), "max_new_tokens"}; prints the list of results.
+"classification" (encode), "max_new_tokens", "text"}; prints the list of results.
 """
 
 import json
@@ -20,6 +20,7 @@ from optimum.onnxruntime import (
     ORTModelForSeq2SeqLM,
     ORTModelForSequenceClassification,
 )
+from transformers import AutoTokenizer
 
 CLASSES = {
     "generate": ORTModelForCausalLM,
@@ -61,6 +62,9 @@ def run(request: dict) -> dict:
                 **inputs, max_new_tokens=request["max_new_tokens"], do_sample=False, num_beams=1
             )
             result["sequences"] = plain(sequences)
+    if "text" in request:
+        tokenizer = AutoTokenizer.from_pretrained(request["folder"], local_files_only=True)
+        result["text_ids"] = tokenizer(request["text"]).input_ids
     return result
 
 
