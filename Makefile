@@ -14,7 +14,13 @@ RUNTIME_STAMP := $(RUNTIME_VENV)/.installed
 # onnxruntime-node from downloading CUDA files (its CPU binaries are in the package).
 NODE_HOST ?= hosts/node
 
-.PHONY: setup run test test-runtime test-node node-deps lint minilm exported bench clean
+# Optimum's ORTModel classes open `export --layout optimum` folders (tests/test_loaders.py) in their own
+# environment: Optimum pins transformers < 4.58, the project's .venv has 5.x. torch stays pinned by
+# constraints.txt. Built once (about 1.5 minutes), then reused.
+OPTIMUM_VENV ?= .venv-optimum
+OPTIMUM_STAMP := $(OPTIMUM_VENV)/.installed
+
+.PHONY: setup run test test-runtime test-node node-deps optimum-venv lint minilm exported bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,7 +46,16 @@ $(RUNTIME_STAMP): pyproject.toml
 	$(RUNTIME_VENV)/bin/python -m pip install --quiet -e ".[cpu,plot]" pytest pytest-timeout hypothesis "tract==0.23.9"
 	touch $@
 
-test: lint $(RUNTIME_STAMP) node-deps
+$(OPTIMUM_STAMP): constraints.txt
+	test -x $(OPTIMUM_VENV)/bin/python || $(PYTHON) -m venv $(OPTIMUM_VENV)
+	$(OPTIMUM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(OPTIMUM_VENV)/bin/python -m pip install --quiet -c constraints.txt \
+	  "optimum[onnxruntime]==2.1.0" "optimum-onnx==0.1.0" "transformers==4.57.6"
+	touch $@
+
+optimum-venv: $(OPTIMUM_STAMP)
+
+test: lint $(RUNTIME_STAMP) $(OPTIMUM_STAMP) node-deps
 	$(MAKE) -C hosts/c PYTHON=$(CURDIR)/$(BIN)/python
 	$(BIN)/python -m pytest
 	$(MAKE) test-runtime

@@ -2,7 +2,7 @@
 folder any ONNX Runtime host can run."""
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.console import Console
@@ -50,6 +50,13 @@ def export_command(
             "Without it, only a graph past ONNX's 2 GB limit does.",
         ),
     ] = False,
+    layout: Annotated[
+        Literal["onnxformer", "optimum"],
+        typer.Option(
+            help="optimum: also write the files Optimum's ORTModel classes and transformers.js open "
+            "(config.json, onnx/model.onnx, ...; listed in the manifest). Hugging Face folders only.",
+        ),
+    ] = "onnxformer",
     overwrite: Overwrite = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the manifest as JSON.")] = False,
 ) -> None:
@@ -62,10 +69,14 @@ def export_command(
 
     A Hugging Face folder (BertModel, BertForMaskedLM, BertForSequenceClassification, sentence-transformers
     folders, GPT2LMHeadModel, T5ForConditionalGeneration, LlamaForCausalLM) is imported first, with its
-    own tokenizer; the export then carries everything a trained model's does."""
+    own tokenizer; the export then carries everything a trained model's does. --layout optimum then also
+    writes the files Optimum's ORTModel classes and transformers.js load (builder/export/layout.py)."""
     with user_errors(ctx):
         check_export_out(out, model=True, overwrite=overwrite)
+        from onnxformer.builder.export.layout import check_layout_source, write_layout
         from onnxformer.builder.export.models import export_checkpoint
+
+        check_layout_source(checkpoint, layout=layout)
 
         with Progress(
             TextColumn("[bold]exporting[/] {task.description:<36}"),
@@ -94,6 +105,9 @@ def export_command(
 
                 progress.update(task, description="optimizing (onnxformer optimize)")
                 manifest = optimize_export(out, out, quantize="int8" if int8 else None)
+            if layout != "onnxformer":
+                progress.update(task, description=f"writing the {layout} layout")
+                manifest = write_layout(out, checkpoint, layout=layout)
     if as_json:
         typer.echo(manifest.to_json())
         return

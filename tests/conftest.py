@@ -108,4 +108,29 @@ def hf_llama_folder(hf_folders: dict[str, Path]) -> Path:
     return hf_folders["llama"]
 
 
+# name -> (the hf_folders fixture's folder, export options)
+HF_EXPORTS = {
+    "gpt2": ("gpt2", {"blocks": False, "attentions": False}),
+    "llama": ("llama", {}),
+    "t5": ("t5-gated", {"blocks": False}),
+}
+
+
+@pytest.fixture(scope="session")
+def hf_exports(
+    tmp_path_factory: pytest.TempPathFactory, hf_folders: dict[str, Path]
+) -> dict[str, tuple[Path, Path]]:
+    """name -> (Hugging Face folder, its onnxformer export): read by tests/test_pretrained_export.py and
+    tests/test_loaders.py. Tests must not modify these folders (copy one to write into it)."""
+    from onnxformer.builder.export.models import export_checkpoint
+
+    root = tmp_path_factory.mktemp("hf-exports")
+    made = {}
+    for name, (fixture, options) in HF_EXPORTS.items():
+        folder = hf_folders[fixture]
+        export_checkpoint(folder, root / f"{name}-export", **options)
+        made[name] = (folder, root / f"{name}-export")
+    return made
+
+
 # ---- end of the Hugging Face model folders ---------------------------------------------------------

@@ -17,39 +17,20 @@ from pathlib import Path
 import hf_models
 import pytest
 import torch
+from conftest import HF_EXPORTS
 
-from onnxformer.builder.export.models import export_checkpoint
 from onnxformer.runtime import load
 from onnxformer.runtime.folder import ExportFolder
 from onnxformer.runtime.goldens import run_graph_goldens
 
 ROOT = Path(__file__).resolve().parents[1]
 NODE_HOST = ROOT / "hosts" / "node"
-# name -> (the hf_folders fixture's folder, export options)
-EXPORTS = {
-    "gpt2": ("gpt2", {"blocks": False, "attentions": False}),
-    "llama": ("llama", {}),
-    "t5": ("t5-gated", {"blocks": False}),
-}
+EXPORTS = HF_EXPORTS
 ARCHITECTURES = {
     "gpt2": "GPT2LMHeadModel",
     "llama": "LlamaForCausalLM",
     "t5": "T5ForConditionalGeneration",
 }
-
-
-@pytest.fixture(scope="session")
-def hf_exports(
-    tmp_path_factory: pytest.TempPathFactory, hf_folders: dict[str, Path]
-) -> dict[str, tuple[Path, Path]]:
-    """name -> (Hugging Face folder, its onnxformer export)."""
-    root = tmp_path_factory.mktemp("hf-exports")
-    made = {}
-    for name, (fixture, options) in EXPORTS.items():
-        folder = hf_folders[fixture]
-        export_checkpoint(folder, root / f"{name}-export", **options)
-        made[name] = (folder, root / f"{name}-export")
-    return made
 
 
 def _transformers(name: str, folder: Path):
