@@ -121,15 +121,25 @@ def hf_exports(
     tmp_path_factory: pytest.TempPathFactory, hf_folders: dict[str, Path]
 ) -> dict[str, tuple[Path, Path]]:
     """name -> (Hugging Face folder, its onnxformer export): read by tests/test_pretrained_export.py and
-    tests/test_loaders.py. Tests must not modify these folders (copy one to write into it)."""
+    tests/test_loaders.py. Tests must not modify these folders (copy one to write into it). GPT-2's is
+    made by the installed command (`python -m onnxformer export FOLDER ...`), so that path is proven too."""
+    import subprocess
+    import sys
+
     from onnxformer.builder.export.models import export_checkpoint
 
     root = tmp_path_factory.mktemp("hf-exports")
     made = {}
     for name, (fixture, options) in HF_EXPORTS.items():
-        folder = hf_folders[fixture]
-        export_checkpoint(folder, root / f"{name}-export", **options)
-        made[name] = (folder, root / f"{name}-export")
+        folder, out = hf_folders[fixture], root / f"{name}-export"
+        if name == "gpt2":
+            flags = [f"--no-{option}" for option, value in options.items() if value is False]
+            command = [sys.executable, "-m", "onnxformer", "export", str(folder), "--out", str(out), *flags]
+            done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+            assert done.returncode == 0, done.stderr[-2000:]
+        else:
+            export_checkpoint(folder, out, **options)
+        made[name] = (folder, out)
     return made
 
 

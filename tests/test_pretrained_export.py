@@ -150,17 +150,10 @@ def test_runtime_seq2seq_greedy_equals_transformers_generate(
         assert ours.tokens == theirs
 
 
-def test_cli_exports_a_folder_and_names_what_it_cannot_import(tmp_path: Path) -> None:
+def test_cli_names_what_it_cannot_import(tmp_path: Path) -> None:
+    """(The hf_exports fixture makes GPT-2's export with the command itself.)"""
     folder = hf_models.gpt2_folder(tmp_path / "gpt2")
     cli = [sys.executable, "-m", "onnxformer"]
-    done = subprocess.run(
-        [*cli, "export", str(folder), "--out", str(tmp_path / "out"), "--no-blocks", "--no-attentions"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert (tmp_path / "out" / "decoder.onnx").is_file()
     config = json.loads((folder / "config.json").read_text())
     config["architectures"] = ["MistralForCausalLM"]
     (folder / "config.json").write_text(json.dumps(config))

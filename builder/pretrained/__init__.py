@@ -20,7 +20,7 @@ from torch import nn
 
 from onnxformer.builder.families import FAMILIES
 from onnxformer.builder.pretrained import bert, gpt2, llama, t5
-from onnxformer.builder.pretrained.folder import is_pretrained_folder, read_config, read_json, read_weights
+from onnxformer.builder.pretrained.folder import is_pretrained_folder, read_config, read_weights
 from onnxformer.builder.pretrained.mapping import load_mapped
 from onnxformer.builder.pretrained.options import Architecture
 from onnxformer.builder.pretrained.tokenizer import load_pretrained_tokenizer
@@ -29,6 +29,7 @@ from onnxformer.runtime.manifest import Framing
 
 logger = logging.getLogger(__name__)
 
+SENTENCE_TRANSFORMERS = "modules.json"  # what marks a sentence-transformers folder
 # config.json `architectures[0]` -> how it imports.
 ARCHITECTURES: dict[str, Architecture] = {
     "BertModel": bert.ARCHITECTURE,
@@ -40,18 +41,12 @@ ARCHITECTURES: dict[str, Architecture] = {
     "LlamaForCausalLM": llama.ARCHITECTURE,
 }
 # config.json `model_type` -> the architecture a folder without `architectures` is read as.
-MODEL_TYPES = {
-    "bert": "BertModel",
-    "gpt2": "GPT2LMHeadModel",
-    "t5": "T5ForConditionalGeneration",
-    "llama": "LlamaForCausalLM",
-}
-SENTENCE_POOLING = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
+MODEL_TYPES = {arch.model_type: name for name, arch in reversed(ARCHITECTURES.items())}
 
 
 @dataclass(frozen=True)
 class Pretrained:
-    family: str  # our family ("bert", "gpt", "t5")
+    family: str  # our family: the FAMILIES key of the config's class
     architecture: str  # the checkpoint's ("BertModel", "LlamaForCausalLM", ...)
     model: nn.Module  # in eval mode, fp32
     tokenizer: Tokenizer  # its own tokenizer.json, padding and truncation removed
@@ -75,36 +70,6 @@ def architecture_of(hf: dict[str, Any]) -> str:
     return name
 
 
-def _sentence_modules(folder: Path) -> dict[str, Any]:
-    """Pooling and Normalize of a sentence-transformers folder as BERT options ({} for a plain folder)."""
-    if not (folder / "modules.json").is_file():
-        return {}
-    modules = read_json(folder / "modules.json", what="the sentence-transformers modules", kind=list)
-    kinds = {}
-    for module in modules:
-        if not isinstance(module, dict):
-            raise ModelImportError(f"{folder / 'modules.json'} lists {module!r}, not a module object")
-        kind = str(module.get("type", "")).rsplit(".", 1)[-1]
-        kinds[kind] = module
-    unknown = sorted(set(kinds) - {"Transformer", "Pooling", "Normalize"})
-    if unknown:
-        raise ModelImportError(
-            f"modules.json uses {unknown}; onnxformer imports Transformer, Pooling and Normalize"
-        )
-    options: dict[str, Any] = {"normalize": "Normalize" in kinds}
-    if "Pooling" in kinds:
-        pooling = read_json(
-            folder / kinds["Pooling"].get("path", "1_Pooling") / "config.json", what="the pooling"
-        )
-        used = [key for key, value in pooling.items() if key.startswith("pooling_mode") and value]
-        if len(used) != 1 or used[0] not in SENTENCE_POOLING:
-            raise ModelImportError(
-                f"the Pooling module uses {used}; onnxformer imports exactly one of mean and cls pooling"
-            )
-        options["pooling"] = SENTENCE_POOLING[used[0]]
-    return options
-
-
 def from_pretrained(path: str | os.PathLike) -> Pretrained:
     """Our model, its tokenizer and special tokens, from a local Hugging Face model folder."""
     folder = Path(path)
@@ -112,9 +77,9 @@ def from_pretrained(path: str | os.PathLike) -> Pretrained:
     name = architecture_of(hf)
     architecture = ARCHITECTURES[name]
     tensors = read_weights(folder, architecture=name)
-    sentence = _sentence_modules(folder) if architecture.family == "bert" else {}
-    config = architecture.config(hf, tensors, **sentence) if sentence else architecture.config(hf, tensors)
-    model = FAMILIES[architecture.family].model(config)
+    config = architecture.config(hf, tensors, folder)
+    family = next(key for key, known in FAMILIES.items() if type(config) is known.config)
+    model = FAMILIES[family].model(config)
     keys, ignored = architecture.mapping(config, tensors)
     load_mapped(model, tensors, keys, ignored, source=name)
     tokenizer, special, framing = load_pretrained_tokenizer(folder, hf)
@@ -123,8 +88,9 @@ def from_pretrained(path: str | os.PathLike) -> Pretrained:
             f"tokenizer.json has {tokenizer.get_vocab_size(with_added_tokens=True)} tokens, more than the "
             f"model's vocab_size {config.vocab_size}; the tokenizer is not this model's"
         )
-    logger.info("imported %s from %s as %s (%d tensors)", name, folder, architecture.family, len(tensors))
-    return Pretrained(architecture.family, name, model.eval(), tokenizer, special, framing, bool(sentence))
+    logger.info("imported %s from %s as %s (%d tensors)", name, folder, family, len(tensors))
+    sentence = (folder / SENTENCE_TRANSFORMERS).is_file()
+    return Pretrained(family, name, model.eval(), tokenizer, special, framing, sentence)
 
 
 __all__ = ["ARCHITECTURES", "Pretrained", "architecture_of", "from_pretrained", "is_pretrained_folder"]

@@ -1,13 +1,16 @@
 """BERT checkpoints (BertModel, BertForMaskedLM, BertForSequenceClassification, sentence-transformers) as our
 BERT: post-LN LayerNorm blocks with the checkpoint's eps, learned positions, segments, exact GELU."""
 
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from onnxformer.builder.families import BERTConfig
+from onnxformer.builder.pretrained.folder import read_json
 from onnxformer.builder.pretrained.mapping import Take
 from onnxformer.builder.pretrained.options import Architecture, activation, get, refuse
+from onnxformer.runtime.errors import ModelImportError
 
 LAYER = {
     "attention.self.query": "self_attn.q_proj",
@@ -38,13 +41,45 @@ def _prefix(tensors: dict[str, torch.Tensor]) -> str:
     return "bert." if "bert.embeddings.word_embeddings.weight" in tensors else ""
 
 
-def config(
-    hf: dict[str, Any], tensors: dict[str, torch.Tensor], *, pooling: str = "mean", normalize: bool = False
-):
+SENTENCE_POOLING = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
+
+
+def sentence_modules(folder: Path) -> dict[str, Any]:
+    """Pooling and Normalize of a sentence-transformers folder as BERT options ({} for a plain folder)."""
+    if not (folder / "modules.json").is_file():
+        return {}
+    modules = read_json(folder / "modules.json", what="the sentence-transformers modules", kind=list)
+    kinds = {}
+    for module in modules:
+        if not isinstance(module, dict):
+            raise ModelImportError(f"{folder / 'modules.json'} lists {module!r}, not a module object")
+        kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+        kinds[kind] = module
+    unknown = sorted(set(kinds) - {"Transformer", "Pooling", "Normalize"})
+    if unknown:
+        raise ModelImportError(
+            f"modules.json uses {unknown}; onnxformer imports Transformer, Pooling and Normalize"
+        )
+    options: dict[str, Any] = {"normalize": "Normalize" in kinds}
+    if "Pooling" in kinds:
+        pooling = read_json(
+            folder / kinds["Pooling"].get("path", "1_Pooling") / "config.json", what="the pooling"
+        )
+        used = [key for key, value in pooling.items() if key.startswith("pooling_mode") and value]
+        if len(used) != 1 or used[0] not in SENTENCE_POOLING:
+            raise ModelImportError(
+                f"the Pooling module uses {used}; onnxformer imports exactly one of mean and cls pooling"
+            )
+        options["pooling"] = SENTENCE_POOLING[used[0]]
+    return options
+
+
+def config(hf: dict[str, Any], tensors: dict[str, torch.Tensor], folder: Path) -> BERTConfig:
     refuse(hf, "position_embedding_type", "absolute", "relative BERT positions are not supported")
     refuse(hf, "is_decoder", False, "a BERT decoder is not supported")
     prefix = _prefix(tensors)
     classes = hf.get("id2label") or {}
+    sentence = {"pooling": "mean", "normalize": False, **sentence_modules(folder)}
     return BERTConfig(
         vocab_size=get(hf, "vocab_size"),
         d_model=get(hf, "hidden_size"),
@@ -62,8 +97,8 @@ def config(
         mlm_head="cls.predictions.transform.dense.weight" in tensors,
         pooler=f"{prefix}pooler.dense.weight" in tensors,
         classifier="classifier.weight" in tensors,
-        pooling=pooling,
-        normalize=normalize,
+        pooling=sentence["pooling"],
+        normalize=sentence["normalize"],
     )
 
 

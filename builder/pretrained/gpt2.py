@@ -2,6 +2,7 @@
 head. GPT-2's linear layers are Conv1D, which store (in, out): transposed here. c_attn holds q, k and v
 side by side in one (D, 3D) tensor: cut in three."""
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -15,7 +16,7 @@ def _prefix(tensors: dict[str, torch.Tensor]) -> str:
     return "transformer." if "transformer.wte.weight" in tensors else ""
 
 
-def config(hf: dict[str, Any], tensors: dict[str, torch.Tensor]) -> GPTConfig:
+def config(hf: dict[str, Any], tensors: dict[str, torch.Tensor], folder: Path) -> GPTConfig:
     refuse(hf, "scale_attn_by_inverse_layer_idx", False, "per-layer attention scaling is not supported")
     refuse(hf, "reorder_and_upcast_attn", False, "it changes the attention's numerics")
     refuse(hf, "add_cross_attention", False, "a GPT-2 with cross-attention is not supported")
@@ -76,4 +77,4 @@ def mapping(ours: GPTConfig, tensors: dict[str, torch.Tensor]) -> tuple[dict[str
     return keys, ignored
 
 
-ARCHITECTURE = Architecture("gpt", config, mapping)
+ARCHITECTURE = Architecture("gpt2", config, mapping)

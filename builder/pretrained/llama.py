@@ -2,6 +2,7 @@
 the checkpoint's rope_theta and rope scaling, SwiGLU, no biases, grouped-query attention, tied or untied
 head."""
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,7 +22,7 @@ LAYER = {
 }
 
 
-def config(hf: dict[str, Any], tensors: dict[str, torch.Tensor]) -> GPTConfig:
+def config(hf: dict[str, Any], tensors: dict[str, torch.Tensor], folder: Path) -> GPTConfig:
     refuse(hf, "pretraining_tp", 1, "tensor-parallel slicing changes the numerics")
     theta, scaling = rope(hf)
     d_model, heads = get(hf, "hidden_size"), get(hf, "num_attention_heads")
@@ -77,4 +78,4 @@ def mapping(ours: GPTConfig, tensors: dict[str, torch.Tensor]) -> tuple[dict[str
     return keys, ignored
 
 
-ARCHITECTURE = Architecture("gpt", config, mapping)
+ARCHITECTURE = Architecture("llama", config, mapping)

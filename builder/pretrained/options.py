@@ -2,6 +2,7 @@
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,10 +25,12 @@ ACTIVATIONS = {
 
 @dataclass(frozen=True)
 class Architecture:
-    """How one transformers architecture becomes one of our families: options plus a key mapping."""
+    """How one transformers architecture becomes one of our families (the one whose config class its
+    `config` returns): options plus a key mapping."""
 
-    family: str  # our family
-    config: Callable[[dict[str, Any], dict[str, torch.Tensor]], Any]  # (config.json, tensors) -> our config
+    model_type: str  # config.json's model_type
+    # (config.json, tensors, the folder) -> our config (a family's config class)
+    config: Callable[[dict[str, Any], dict[str, torch.Tensor], Path], Any]
     # (our config, tensors) -> (our key -> Take, ignored checkpoint key -> why)
     mapping: Callable[[Any, dict[str, torch.Tensor]], tuple[dict[str, Take], dict[str, str]]]
 

@@ -7,6 +7,7 @@ transformers 4.x ties the head and rescales the decoder output by d_model**-0.5 
 tie_word_embeddings is true; 5.x keeps the rescale as scale_decoder_outputs and unties the head when the
 checkpoint holds an lm_head.weight of its own."""
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,7 +29,7 @@ def _feed_forward(hf: dict[str, Any]) -> tuple[str, bool]:
     return activation(get(hf, "dense_act_fn", default=name), field="feed_forward_proj"), gated
 
 
-def config(hf: dict[str, Any], tensors: dict[str, torch.Tensor]) -> T5Config:
+def config(hf: dict[str, Any], tensors: dict[str, torch.Tensor], folder: Path) -> T5Config:
     act, gated = _feed_forward(hf)
     tied = head_tied(hf, tensors, head="lm_head.weight", embedding="shared.weight", default=True)
     layers = get(hf, "num_layers")
