@@ -41,7 +41,8 @@ class TextTokenizer:
         # as its vocabulary entry has (one per byte), so a text longer than limit * that is refused
         # before the tokenizer spends time on it. Other tokenizers get no early bound.
         self._max_token_chars: int | None = None
-        if tokenizer.normalizer is None and type(tokenizer.pre_tokenizer).__name__ == "ByteLevel":
+        self._byte_level = type(tokenizer.pre_tokenizer).__name__ == "ByteLevel"
+        if tokenizer.normalizer is None and self._byte_level:
             self._max_token_chars = max(map(len, tokenizer.get_vocab(with_added_tokens=True)), default=1)
 
     @classmethod
@@ -107,6 +108,24 @@ class TextTokenizer:
         if token_id in self.special_ids or piece is None or any(c not in BYTE_LEVEL for c in piece):
             return None
         return bytes(BYTE_LEVEL[c] for c in piece)
+
+    def pieces(self, ids: Sequence[int]) -> list[str]:
+        """Each token as it reads in the decoded text, for showing a sentence token by token: a byte-level
+        token is its own text (" sat"); a WordPiece or Unigram token is what its decoding adds to the text
+        before it (" sat" for a new word, "ing" inside one), as the decoder spaces words. Special tokens
+        show as their own text."""
+        if self._byte_level:
+            return [self.token_text(int(t)) for t in ids]
+        shown, words, before = [], [], ""
+        for token_id in (int(t) for t in ids):
+            if token_id in self.special_ids:
+                shown.append(self.token_text(token_id))
+                continue
+            words.append(token_id)
+            text = self._tokenizer.decode(words, skip_special_tokens=True)
+            shown.append(text[len(before) :] if text.startswith(before) else self.token_text(token_id))
+            before = text
+        return shown
 
     def token_text(self, token_id: int) -> str:
         """One token as text; a special token shows as its own text ("<pad>") rather than vanishing."""

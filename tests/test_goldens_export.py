@@ -88,3 +88,25 @@ def test_verify_prints_the_goldens_and_fails_on_a_broken_one(tmp_path: Path) -> 
     assert "altered" in files["goldens/end_to_end.json"]["problem"]
     table = runner.invoke(app, ["verify", str(folder)])
     assert table.exit_code == 1 and "goldens not run" in table.output
+
+
+def test_cases_past_the_size_cap_are_proven_but_not_shipped() -> None:
+    from onnxformer.builder.export.goldens import GOLDEN_CASE_BYTES, GoldenRecorder
+    from onnxformer.runtime.manifest import TensorSpec
+
+    def case(recorder: GoldenRecorder, label: str, floats: int) -> None:
+        x = np.zeros((1, floats), dtype=np.float32)
+        recorder(label, {"x": x}, {"y": x}, {"y": x})
+
+    inputs, outputs = (TensorSpec("x", "float32", (1, "n")),), (TensorSpec("y", "float32", (1, "n")),)
+    big = GOLDEN_CASE_BYTES // 8 + 1  # input + output just past the cap
+    recorder = GoldenRecorder()
+    for label, size in (("small", 16), ("big", big), ("medium", 1024)):
+        case(recorder, label, size)
+    _, graph = recorder.write("g.onnx", inputs, outputs)
+    assert [c.label for c in graph.cases] == ["small", "medium"]
+    only_big = GoldenRecorder()
+    for label, size in (("bigger", big * 2), ("big", big)):
+        case(only_big, label, size)
+    _, graph = only_big.write("g.onnx", inputs, outputs)
+    assert [c.label for c in graph.cases] == ["big"], "a graph keeps at least its smallest case"
