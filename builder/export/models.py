@@ -128,6 +128,12 @@ def export_checkpoint(
     model.safetensors, tokenizer.json), to `out`; see `export_model` for the options."""
     from onnxformer.builder.pretrained import is_pretrained_folder
 
+    if not Path(checkpoint).is_dir():
+        raise ExportError(
+            f"{checkpoint} is not a folder; give a checkpoint folder `onnxformer train` wrote, or a local "
+            "Hugging Face model folder (config.json, model.safetensors, tokenizer.json): hub ids are never "
+            "downloaded"
+        )
     source = (
         pretrained_source(checkpoint) if is_pretrained_folder(checkpoint) else checkpoint_source(checkpoint)
     )

@@ -1,6 +1,7 @@
 // What the browser host (hosts/web) relies on in the shared modules: a file reader given to
 // ExportFolder.open (the checks stay in the shared code, whoever reads the bytes), goldens on an Engine
-// made around an ONNX Runtime module, and decoding's `choose` / `onToken` hooks (sampling, streaming).
+// made around an ONNX Runtime module. (Sampling and streaming are the shared TextGenerator's: tests/
+// sampling.test.js, tests/stream.test.js.)
 
 import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
@@ -9,7 +10,7 @@ import { test } from "node:test";
 
 import * as ort from "onnxruntime-node";
 
-import { Engine, ExportFolder, ManifestError, openFolder, verifyFolder } from "../src/index.js";
+import { Engine, ExportFolder, ManifestError, verifyFolder } from "../src/index.js";
 import { exportDir } from "./helpers.js";
 
 /** A reader over exported/`name` that hands out `change(relative, bytes)` instead of the file's bytes. */
