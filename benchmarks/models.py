@@ -30,7 +30,12 @@ OVERRIDES: dict[str, dict[str, Any]] = {"gpt": {"max_len": 1152}, "bert": {}, "t
 NOISE = 0.05  # std of the noise added to 1-D parameters (biases, LayerNorm gains and shifts)
 SEED = 0
 EXPORT_CODE = ("builder/export/pipeline.py", "builder/export/graph.py", "builder/layers/attention.py")
-OPTIMIZE_CODE = ("builder/optimize/fusion.py", "builder/optimize/export.py", "builder/optimize/quality.py")
+OPTIMIZE_CODE = (
+    "builder/optimize/cache.py",
+    "builder/optimize/fusion.py",
+    "builder/optimize/export.py",
+    "builder/optimize/quality.py",
+)
 
 
 @dataclass(frozen=True)

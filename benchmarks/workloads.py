@@ -100,9 +100,9 @@ def gpt_workloads(model, exports: dict, *, quick: bool) -> list[Workload]:
             torch.from_numpy(prompt), attention_mask=torch.ones(1, 128, dtype=torch.long)
         )
     }
-    for name, export in exports.items():
-        feeds = {"input_ids": prompt, "attention_mask": np.ones_like(prompt), **export.cache.empty(1)}
-        variants[name] = _session_call(export, feeds)
+    generators = {name: TextGenerator(export) for name, export in exports.items()}
+    for name, generator in generators.items():
+        variants[name] = lambda generator=generator: _step(generator, prompt, np.ones_like(prompt), None)
     workloads.append(Workload("gpt_prefill_128", "GPT prefill 128 tokens", "ms per prompt", variants))
 
     contexts = (16, 1024) if quick else DECODE_CONTEXTS
@@ -118,15 +118,11 @@ def gpt_workloads(model, exports: dict, *, quick: bool) -> list[Workload]:
                 torch.from_numpy(token), attention_mask=mask, past_key_values=past
             )
         }
-        for name, export in exports.items():
-            first = {"input_ids": prefix, "attention_mask": np.ones_like(prefix), **export.cache.empty(1)}
-            outputs = export.sessions["decoder"].run(first, ["logits", *export.cache.present_names()])
-            feeds = {
-                "input_ids": token,
-                "attention_mask": np.ones((1, context + 1), np.int64),
-                **export.cache.next_feeds(outputs[1:]),
-            }
-            variants[name] = _session_call(export, feeds)
+        for name, generator in generators.items():
+            _, cache = _step(generator, prefix, np.ones_like(prefix), None, room=1)
+            full = np.ones((1, context + 1), np.int64)
+            # The same step every call: an in-place cache rewrites position `context` with the same values.
+            variants[name] = lambda g=generator, c=cache, full=full, token=token: _step(g, token, full, c)
         workloads.append(
             Workload(
                 f"gpt_decode_{context}", f"GPT decode step, context {context}", "ms per token", variants, 5
@@ -144,8 +140,7 @@ def gpt_workloads(model, exports: dict, *, quick: bool) -> list[Workload]:
         workload.outputs["pytorch"] = result.tokens
 
     workload.variants["pytorch"] = torch_generate
-    for name, export in exports.items():
-        generator = TextGenerator(export)
+    for name, generator in generators.items():
 
         def runtime_generate(generator=generator, name=name, workload=workload):
             (result,) = generator.generate_ids([start], max_new_tokens=new, temperature=0.0, stop_tokens=[])
@@ -156,10 +151,12 @@ def gpt_workloads(model, exports: dict, *, quick: bool) -> list[Workload]:
     return workloads
 
 
-def _session_call(export, feeds: dict) -> Callable[[], object]:
-    session = export.sessions["decoder"]
-    outputs = ["logits", *export.cache.present_names()]
-    return lambda: session.run(feeds, outputs)
+def _step(generator, ids: np.ndarray, mask: np.ndarray, cache: dict | None, *, room: int = 0):
+    """One decoder step as `TextGenerator` runs it (concat or in-place cache); `cache=None`: the first
+    step, with a new empty cache (an in-place one with `room` positions after the prompt)."""
+    if cache is None:
+        cache = generator._empty_cache(ids, [room])
+    return generator._step(ids, mask, cache)
 
 
 def t5_workloads(model, exports: dict, *, quick: bool) -> list[Workload]:

@@ -57,6 +57,14 @@ def export_command(
             "(config.json, onnx/model.onnx, ...; listed in the manifest). Hugging Face folders only.",
         ),
     ] = "onnxformer",
+    kv_cache: Annotated[
+        Literal["in-place", "concat"],
+        typer.Option(
+            "--kv-cache",
+            help="With --optimize / --int8, a decoder's cache: in-place (one buffer the runtime binds) or "
+            "concat (past in, past + new out; always used with --layout optimum).",
+        ),
+    ] = "in-place",
     overwrite: Overwrite = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the manifest as JSON.")] = False,
 ) -> None:
@@ -77,6 +85,8 @@ def export_command(
         from onnxformer.builder.export.models import export_checkpoint
 
         check_layout_source(checkpoint, layout=layout)
+        # Optimum and transformers.js feed the copied decoder past in, past + new out.
+        cache_update = kv_cache if layout == "onnxformer" else "concat"
 
         with Progress(
             TextColumn("[bold]exporting[/] {task.description:<36}"),
@@ -104,7 +114,7 @@ def export_command(
                 from onnxformer.builder.optimize import optimize_export
 
                 progress.update(task, description="optimizing (onnxformer optimize)")
-                manifest = optimize_export(out, out, quantize="int8" if int8 else None)
+                manifest = optimize_export(out, out, quantize="int8" if int8 else None, kv_cache=cache_update)
             if layout != "onnxformer":
                 progress.update(task, description=f"writing the {layout} layout")
                 manifest = write_layout(out, checkpoint, layout=layout)

@@ -1,7 +1,7 @@
 """`onnxformer optimize IN OUT [--int8]`: a faster copy of a model export, with what it costs measured."""
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.table import Table
@@ -10,6 +10,16 @@ from onnxformer.cli.errors import user_errors
 from onnxformer.cli.outputs import Overwrite, check_export_out, parse_path
 from onnxformer.cli.printing import console, echo_json
 from onnxformer.runtime.errors import ConfigError
+
+KVCacheOption = Annotated[
+    Literal["in-place", "concat"],
+    typer.Option(
+        "--kv-cache",
+        help="Decoders: in-place writes each step's keys and values into one preallocated buffer the "
+        "runtime binds (a step's cost nearly flat in the context; the Python runtime runs it); concat keeps "
+        "past in, past + new out (what the Node, browser and transformers.js hosts run).",
+    ),
+]
 
 
 def optimize_command(
@@ -28,12 +38,14 @@ def optimize_command(
     tasks: Annotated[
         bool, typer.Option("--tasks/--no-tasks", help="With --int8, score the built-in tasks before/after.")
     ] = True,
+    kv_cache: KVCacheOption = "in-place",
     overwrite: Overwrite = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the optimisation record as JSON.")] = False,
 ) -> None:
     """Rewrite the graphs the runtime runs for speed on ONNX Runtime: each attention becomes one
-    MultiHeadAttention, residual + LayerNorm a SkipLayerNormalization, bias + GELU a BiasGelu, and with
-    --int8 the MatMul weights become int8. The result is compared with the original on the export's golden
+    MultiHeadAttention (a decoder's cached self-attention one GroupQueryAttention that writes its KV cache
+    in place, unless --kv-cache concat), bias + GELU a BiasGelu, and with --int8 the MatMul weights become
+    int8. The result is compared with the original on the export's golden
     inputs (fp32 must stay within the golden tolerance, int8 must keep a cosine of 0.99 to PyTorch), the
     int8 accuracy cost on the built-in tasks is measured, and all of it is recorded in manifest.json
     (extra.optimization). The runtime loads the new folder like any export. OUT may be FOLDER (rewritten
@@ -44,7 +56,9 @@ def optimize_command(
         check_export_out(out, model=True, overwrite=overwrite, same_as=folder)
         from onnxformer.builder.optimize import optimize_export
 
-        manifest = optimize_export(folder, out, fuse=fuse, quantize="int8" if int8 else None, tasks=tasks)
+        manifest = optimize_export(
+            folder, out, fuse=fuse, quantize="int8" if int8 else None, tasks=tasks, kv_cache=kv_cache
+        )
     record = manifest.extra["optimization"]
     if as_json:
         echo_json(record, sort_keys=True)

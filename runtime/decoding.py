@@ -75,6 +75,31 @@ class CacheLayout:
         """The `present.*` outputs of one step (in `present_names` order) as the next step's `past.*`."""
         return dict(zip(self.past_names(), presents, strict=True))
 
+    @property
+    def in_place(self) -> bool:
+        """Past and present are one buffer written in place (manifest layout `max_sequence`)."""
+        return self.spec.in_place
+
+    def buffers(self, session, batch: int, length: int) -> dict[str, tuple[str, object]]:
+        """An in-place cache for `length` positions: past name -> (present name, zeroed OrtValue
+        (B, H, length, Dh) on `session`'s device), for `Session.run_in_place`."""
+        shape = (batch, self.spec.kv_heads, length, self.spec.head_dim)
+        pairs = zip(self.past_names(), self.present_names(), strict=True)
+        return {past: (present, session.buffer(shape)) for past, present in pairs}
+
+
+def with_room(feeds: Feeds, spec: KVCache, new: int) -> Feeds:
+    """Concat-layout feeds (past (B, H, P, Dh)) for an in-place graph: each past followed by `new` empty
+    positions, the buffer the graph writes the step's keys and values into."""
+    if not spec.in_place:
+        return feeds
+    padded = dict(feeds)
+    for name in spec.past_names():
+        past = feeds[name]
+        room = np.zeros((*past.shape[:2], new, past.shape[3]), past.dtype)
+        padded[name] = np.concatenate([past, room], axis=2)
+    return padded
+
 
 def check_token_rows(
     rows: Sequence[Sequence[int]], *, vocab_size: int, limit: int | None, what: str

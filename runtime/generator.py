@@ -174,9 +174,20 @@ class TextGenerator(ExportModel):
 
     def _step(self, ids: np.ndarray, mask: np.ndarray, cache: Feeds) -> tuple[np.ndarray, Feeds]:
         """ids (B, T), mask (B, P + T) -> logits at the last position (B, V), the cache with T more."""
+        if self._cache.in_place:  # cache: past name -> (present name, buffer), written by the step
+            feeds = pick(self._io, input_ids=ids, attention_mask=mask)
+            (logits,) = self._decoder.run_in_place(feeds, self._outputs[:1], cache)
+            return np.ascontiguousarray(logits[:, -1]), cache
         feeds = {**pick(self._io, input_ids=ids, attention_mask=mask), **cache}
         outputs = self._decoder.run(feeds, self._outputs)
         return np.ascontiguousarray(outputs[0][:, -1]), self._cache.next_feeds(outputs[1:])
+
+    def _empty_cache(self, ids: np.ndarray, budgets: list[int]) -> Feeds:
+        """The first step's cache: empty, or for an in-place cache buffers with room for every step."""
+        if not self._cache.in_place:
+            return self._cache.empty(len(ids))
+        length = ids.shape[1] + max(max(budgets, default=0), 1)  # the prompt, then one token per step
+        return self._cache.buffers(self._decoder, len(ids), length)
 
     def _budgets(self, request: _Request) -> list[int]:
         return prompt_budgets([len(row) for row in request.rows], request.max_new_tokens, self.max_len)
@@ -191,7 +202,7 @@ class TextGenerator(ExportModel):
             self._step,
             ids,
             mask,
-            self._cache.empty(len(request.rows)),
+            self._empty_cache(ids, collector.budgets),
             collector=collector,
             sampling=request.sampling,
             pad_id=self.tokenizer.special_tokens["pad"],

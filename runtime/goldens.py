@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from onnxformer.runtime.decoding import with_room
 from onnxformer.runtime.errors import ManifestError, OnnxformerError
 from onnxformer.runtime.folder import ExportFolder
-from onnxformer.runtime.manifest import GoldenCase, GoldenGraph, allowed_difference
+from onnxformer.runtime.manifest import GoldenCase, GoldenGraph, Manifest, allowed_difference
 from onnxformer.runtime.session import Device, create_session
 from onnxformer.runtime.tensorproto import read_tensor
 
@@ -55,6 +56,26 @@ def golden_cases(export: ExportFolder) -> Iterator[LoadedCase]:
             inputs = _tensors(export, case.input_files(), case.inputs)
             expected = _tensors(export, case.output_files(), case.outputs)
             yield LoadedCase(graph, case, inputs, expected)
+
+
+def run_case(session, manifest: Manifest, file: str, inputs: dict[str, np.ndarray], names: list[str]) -> list:
+    """`session.run(inputs, names)` on golden inputs (past in, past + new out), fed as `file` takes them.
+
+    The decoder of an in-place cache gets each past with room for the step's tokens, so that its presents
+    have the goldens' shape; a step with a past and several new tokens runs one row at a time, since ONNX
+    Runtime's GroupQueryAttention takes batch 1 there (the runtime's own steps never do: the prompt has no
+    past, and later steps add one token)."""
+    cache = manifest.kv_cache
+    if cache is None or not cache.in_place or manifest.graphs.get("decoder") != file:
+        return session.run(inputs, names)
+    new = inputs["input_ids"].shape[1]
+    feeds = with_room(inputs, cache, new)
+    batch = inputs["input_ids"].shape[0]
+    past = inputs[cache.past_names()[0]].shape[2]
+    if new == 1 or past == 0 or batch == 1:
+        return session.run(feeds, names)
+    rows = [session.run({k: v[i : i + 1] for k, v in feeds.items()}, names) for i in range(batch)]
+    return [np.concatenate(parts, axis=0) for parts in zip(*rows, strict=True)]
 
 
 def _tensors(export: ExportFolder, paths: list[str], names: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -102,7 +123,8 @@ def run_graph_goldens(export: ExportFolder, *, device: Device = "cpu") -> list[G
         try:
             if file not in sessions:
                 sessions[file] = create_session(export.graph(file), device=device)
-            outputs = sessions[file].run(loaded.inputs, list(loaded.case.outputs))
+            names = list(loaded.case.outputs)
+            outputs = run_case(sessions[file], export.manifest, file, loaded.inputs, names)
         except OnnxformerError as error:
             results.append(GoldenResult(file, loaded.case.label, str(error)))
             continue

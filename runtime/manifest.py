@@ -146,6 +146,10 @@ OUTPUT_KEYS = (
     "cross_attentions",  # "{i}": (B, H, T, S) the decoder's weights over the source
 )
 CACHE_LAYOUT = ("batch", "heads", "sequence", "head_dim")
+# The in-place cache of an optimised decoder (`onnxformer optimize`): past and present are one buffer of
+# max_sequence >= past + new positions; the step's keys and values are written after the past ones.
+IN_PLACE_LAYOUT = ("batch", "heads", "max_sequence", "head_dim")
+CACHE_LAYOUTS = (CACHE_LAYOUT, IN_PLACE_LAYOUT)
 
 
 @dataclass(frozen=True)
@@ -211,6 +215,11 @@ class KVCache:
     cross_key: str | None = None
     cross_value: str | None = None
     layout: tuple[str, ...] = CACHE_LAYOUT
+
+    @property
+    def in_place(self) -> bool:
+        """Past and present are one preallocated buffer (IN_PLACE_LAYOUT), not past in, past + new out."""
+        return self.layout == IN_PLACE_LAYOUT
 
     def past_names(self) -> list[str]:
         """Self-attention cache inputs, layer by layer, key then value."""
@@ -505,9 +514,11 @@ def _parse_kv_cache(item: Any, where: str) -> KVCache | None:
         raise _fail(where, "must be an object or null")
     at = f"{where}."
     layout = tuple(_names(_get(item, "layout", list, at), f"{at}layout"))
-    if layout != CACHE_LAYOUT:
+    if layout not in CACHE_LAYOUTS:
         raise _fail(
-            f"{at}layout", f"must be {list(CACHE_LAYOUT)} (the layout this runtime feeds), got {list(layout)}"
+            f"{at}layout",
+            f"must be one of {[list(known) for known in CACHE_LAYOUTS]} (the layouts this runtime feeds), "
+            f"got {list(layout)}; re-export with this version",
         )
     cross = {
         key: _pattern(item, key, at) if item.get(key) is not None else None
@@ -731,3 +742,5 @@ def _check_cache(cache: KVCache | None, *, cross: bool) -> None:
         )
     if not cross and cache.cross_key is not None:
         raise _fail("kv_cache.cross_key/cross_value", "must be null for a decoder without an encoder")
+    if cross and cache.in_place:
+        raise _fail("kv_cache.layout", "max_sequence (an in-place cache) is for decoders without an encoder")

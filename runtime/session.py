@@ -26,6 +26,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
+
 from onnxformer.runtime.errors import ConfigError, InferenceError, ManifestError, OnnxformerError
 from onnxformer.runtime.folder import GraphBytes, external_tensors, uses_external_data
 
@@ -64,6 +66,34 @@ class Session:
             raise InferenceError(
                 f"ONNX Runtime could not run the graph ({first}); the inputs do not fit it or the model "
                 "file is damaged: check the export with `onnxformer verify DIR`"
+            ) from error
+
+    def buffer(self, shape: tuple[int, ...]) -> object:
+        """A zeroed float32 OrtValue on the session's device, for an in-place KV cache."""
+        ort = _onnxruntime()
+        device = "cuda" if self.provider == "CUDAExecutionProvider" else "cpu"
+        return ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, np.float32), device, 0)
+
+    def run_in_place(self, feeds: dict, outputs: list[str], buffers: dict[str, tuple[str, object]]) -> list:
+        """`run`, with each buffer (input name -> (output name, OrtValue)) bound as that input and as its
+        output, so that ONNX Runtime writes the output into the input's memory (IO binding) and nothing is
+        copied; returns `outputs` as arrays (the buffers stay where they are)."""
+        try:
+            binding = self.session.io_binding()
+            for name, value in feeds.items():
+                binding.bind_cpu_input(name, np.ascontiguousarray(value))
+            for name in outputs:
+                binding.bind_output(name)
+            for name, (output, value) in buffers.items():
+                binding.bind_ortvalue_input(name, value)
+                binding.bind_ortvalue_output(output, value)
+            self.session.run_with_iobinding(binding)
+            return [value.numpy() for value in binding.get_outputs()[: len(outputs)]]
+        except Exception as error:  # ONNX Runtime's own errors are untyped
+            first = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise InferenceError(
+                f"ONNX Runtime could not run the graph with its cache bound in place ({first}); check the "
+                "export with `onnxformer verify DIR`"
             ) from error
 
 

@@ -55,15 +55,24 @@ def test_every_attention_and_norm_is_fused(optimized, family: str) -> None:
         assert ops["Softmax"] == 0, f"{graph}: an attention was left unfused: {ops}"
         assert ops["Erf"] == 0, f"{graph}: a GELU was left unfused: {ops}"
         counts += ops
-    assert counts["MultiHeadAttention"] == attentions[family]
-    self_attentions = {"bert": layers, "gpt": layers, "t5": 2 * layers}  # one MatMul for q, k, v each
+    # GPT's cached self-attention writes its cache in place (GroupQueryAttention, q/k/v packed into it).
+    in_place = {"bert": 0, "gpt": layers, "t5": 0}
+    assert counts["MultiHeadAttention"] == attentions[family] - in_place[family]
+    assert counts["GroupQueryAttention"] == in_place[family]
+    self_attentions = {"bert": layers, "gpt": 0, "t5": 2 * layers}  # one MatMul for q, k, v, then Split
     assert counts["Split"] == self_attentions[family]
     # Residual add + LayerNorm stay two ops: ONNX Runtime's CPU SkipLayerNormalization is the slower one.
     assert counts["SkipLayerNormalization"] == 0
     gelus = {"bert": layers + 1, "gpt": layers, "t5": 0}  # BERT's MLM transform has one more
     assert counts["BiasGelu"] == gelus[family]
     record = json.loads((optimized[(family, "fused")] / "manifest.json").read_text())["extra"]["optimization"]
-    assert sum(record["fused_ops"][g]["MultiHeadAttention"] for g in GRAPHS[family]) == attentions[family]
+    fused = sum(
+        record["fused_ops"][g].get(op, 0)
+        for g in GRAPHS[family]
+        for op in ("MultiHeadAttention", "GroupQueryAttention")
+    )
+    assert fused == attentions[family]
+    assert record["kv_cache"] == ("in-place" if in_place[family] else "concat")
 
 
 @pytest.mark.parametrize("family", sorted(GRAPHS))

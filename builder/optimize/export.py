@@ -45,19 +45,29 @@ import onnx
 
 from onnxformer.builder.export.folder import write_export_folder
 from onnxformer.builder.export.recipes import recipe
+from onnxformer.builder.optimize.cache import BUFFER_AXIS, in_place_cache, pack_cached_qkv
 from onnxformer.builder.optimize.fusion import fuse_attention, pack_qkv
 from onnxformer.builder.optimize.onnx_graph import share_input_shapes
 from onnxformer.builder.optimize.quality import Agreement, compare_graphs, task_metrics
 from onnxformer.runtime.errors import ExportError, ParityError
 from onnxformer.runtime.folder import ExportFolder, sha256_bytes
-from onnxformer.runtime.manifest import FileEntry, Manifest
+from onnxformer.runtime.manifest import IN_PLACE_LAYOUT, FileEntry, KVCache, Manifest, TensorSpec
 from onnxformer.runtime.session import create_session
 
 logger = logging.getLogger(__name__)
 
 Quantization = Literal["int8"]
 QUANTIZATIONS: tuple[Quantization, ...] = ("int8",)
-FUSED_OPS = ("MultiHeadAttention", "SkipLayerNormalization", "BiasGelu", "Gelu", "FastGelu")
+CacheUpdate = Literal["in-place", "concat"]
+CACHE_UPDATES: tuple[CacheUpdate, ...] = ("in-place", "concat")
+FUSED_OPS = (
+    "MultiHeadAttention",
+    "GroupQueryAttention",
+    "SkipLayerNormalization",
+    "BiasGelu",
+    "Gelu",
+    "FastGelu",
+)
 MIN_COSINE = 0.99  # int8 must keep the main output's direction (embedding / logits) this close
 
 
@@ -68,17 +78,35 @@ def optimize_graph(
     hidden_size: int,
     fuse: bool = True,
     quantize: Quantization | None = None,
+    cache: KVCache | None = None,
 ) -> onnx.ModelProto:
-    """The optimised copy of one graph (the argument is left as it was)."""
+    """The optimised copy of one graph (the argument is left as it was). With `cache` (a decoder's KV
+    cache), its cached self-attention is rewritten to write the cache in place (`cache.in_place_cache`)."""
     if quantize is not None and quantize not in QUANTIZATIONS:
         raise ExportError(f"quantize must be one of {QUANTIZATIONS} or None, got {quantize!r}")
     model = onnx.ModelProto.FromString(model.SerializeToString())
+    if fuse and cache is not None:
+        rewritten = in_place_cache(
+            model,
+            num_heads=num_heads,
+            kv_heads=cache.kv_heads,
+            head_dim=cache.head_dim,
+            ids="input_ids",
+            mask="attention_mask",
+            past_names=cache.past_names(),
+        )
+        if rewritten != cache.layers:
+            raise ExportError(
+                f"only {rewritten} of the decoder's {cache.layers} cached attentions have the form the "
+                "in-place cache rewrites; optimize with --kv-cache concat"
+            )
+        logger.info("%d cached self-attentions write their KV cache in place", rewritten)
     if fuse:
         fused = fuse_attention(model, num_heads=num_heads)
         shared = share_input_shapes(model)
         logger.info("fused %d attention subgraphs; %d Shape nodes share an input", fused, shared)
         model = _ort_fusions(model, num_heads=num_heads, hidden_size=hidden_size)
-        packed = pack_qkv(model)
+        packed = pack_qkv(model) + pack_cached_qkv(model)
         logger.info("packed %d query/key/value projections into one MatMul each", packed)
     if quantize == "int8":
         model = _quantize_int8(model)
@@ -159,12 +187,17 @@ def optimize_export(
     quantize: Quantization | None = None,
     tasks: bool = True,
     min_cosine: float = MIN_COSINE,
+    kv_cache: CacheUpdate = "in-place",
 ) -> Manifest:
     """Write the optimised copy of the model export `folder` to `out` (which may be `folder` itself) and
     return its manifest. `tasks=False` skips the task metrics of int8 exports (for models not trained on
-    the built-in tasks, e.g. random weights)."""
+    the built-in tasks, e.g. random weights). `kv_cache="in-place"` (with fusion, for decoder-only
+    models) makes the decoder write its KV cache into a preallocated buffer (`cache.py`); "concat" keeps
+    the plain export's past in, past + new out (what the Node and browser hosts run)."""
     if not fuse and quantize is None:
         raise ExportError("nothing to do: ask for fusion, quantize='int8', or both")
+    if kv_cache not in CACHE_UPDATES:
+        raise ExportError(f"kv_cache must be one of {CACHE_UPDATES}, got {kv_cache!r}")
     source = ExportFolder.open(folder)
     manifest = source.manifest
     if manifest.export_kind != "model":
@@ -175,6 +208,11 @@ def optimize_export(
     files = {entry.path: source.read(entry.path) for entry in manifest.files}
     graphs = [manifest.graphs[role] for role in main_outputs]
     originals = {path: files[path] for path in graphs}
+    cache = manifest.kv_cache
+    in_place = fuse and kv_cache == "in-place" and cache is not None and not manifest.task_spec.cross
+    if in_place:
+        cache = dataclasses.replace(cache, layout=IN_PLACE_LAYOUT)
+        manifest = dataclasses.replace(manifest, kv_cache=cache)
     optimized = {}
     for path in graphs:
         model = optimize_graph(
@@ -183,10 +221,11 @@ def optimize_export(
             hidden_size=config["d_model"],
             fuse=fuse,
             quantize=quantize,
+            cache=cache if in_place and path == manifest.graphs.get("decoder") else None,
         )
         optimized[path] = model.SerializeToString()
         _check_interface(path, manifest.file(path), model)
-    agreement = compare_graphs(source, originals, optimized)
+    agreement = compare_graphs(source, originals, optimized, manifest)
     for role, output in main_outputs.items():
         path = manifest.graphs[role]
         if quantize is None and not agreement[path].within_golden_tolerance:
@@ -203,6 +242,7 @@ def optimize_export(
     record: dict[str, Any] = {
         "fuse": fuse,
         "quantize": quantize,
+        "kv_cache": "in-place" if in_place else "concat",
         "fused_ops": {path: fused_counts(onnx.load_from_string(data)) for path, data in optimized.items()},
         "source_sha256": {path: sha256_bytes(data) for path, data in originals.items()},
         "agreement": {path: result.as_dict() for path, result in agreement.items()},
@@ -218,6 +258,8 @@ def optimize_export(
             # An int8 graph no longer matches PyTorch to fp32 tolerance: its parity record would mislead.
             parity = entry.parity if quantize is None else None
             entry = dataclasses.replace(entry, sha256=sha256_bytes(data), size=len(data), parity=parity)
+            if in_place and entry.path == manifest.graphs.get("decoder"):
+                entry = _buffer_shapes(entry, cache)
         entries.append(entry)
     updated = dataclasses.replace(
         manifest, files=tuple(entries), extra={**manifest.extra, "optimization": record}
@@ -227,6 +269,22 @@ def optimize_export(
     kept = {entry.path for entry in updated.files}
     write_export_folder(Path(out), {path: data for path, data in files.items() if path in kept}, updated)
     return updated
+
+
+def _buffer_shapes(entry: FileEntry, cache: KVCache) -> FileEntry:
+    """The decoder's cache inputs and outputs as the in-place graph takes them: axis 2 is the buffer."""
+    names = set(cache.past_names()) | set(cache.present_names())
+
+    def buffer(spec: TensorSpec) -> TensorSpec:
+        if spec.name not in names:
+            return spec
+        return dataclasses.replace(spec, shape=(*spec.shape[:2], BUFFER_AXIS, *spec.shape[3:]))
+
+    return dataclasses.replace(
+        entry,
+        inputs=tuple(buffer(spec) for spec in entry.inputs),
+        outputs=tuple(buffer(spec) for spec in entry.outputs),
+    )
 
 
 def _check_interface(path: str, entry: FileEntry, model: onnx.ModelProto) -> None:

@@ -54,7 +54,7 @@ class _Projection:
     output: str  # x W + b, (B, L, D)
 
 
-def _projection(g: GraphView, name: str) -> _Projection:
+def projection(g: GraphView, name: str) -> _Projection:
     add = g.node(name, "Add")
     if add is not None:
         for matmul_side, bias_side in ((0, 1), (1, 0)):
@@ -65,7 +65,7 @@ def _projection(g: GraphView, name: str) -> _Projection:
     return _Projection(name, None, name)
 
 
-def _heads_source(g: GraphView, name: str) -> str | None:
+def heads_source(g: GraphView, name: str) -> str | None:
     """The (B, L, D) tensor that Transpose(Reshape(.), perm 0 2 1 3) split into heads, or None."""
     transpose = g.node(name, "Transpose")
     if transpose is None or perm(transpose) != SPLIT_PERM:
@@ -93,14 +93,14 @@ def _key_value(g: GraphView, key_t: str, value_heads: str) -> _KeyValue | None:
     order = perm(transpose)
     if order == [0, 2, 3, 1]:  # k^T straight from (B, S, H, Dh)
         reshape = g.node(transpose.input[0], "Reshape")
-        value = _heads_source(g, value_heads)
+        value = heads_source(g, value_heads)
         if reshape is None or value is None:
             return None
         return _KeyValue(reshape.input[0], value)
     if order != [0, 1, 3, 2]:
         return None
     key_heads = transpose.input[0]
-    key, value = _heads_source(g, key_heads), _heads_source(g, value_heads)
+    key, value = heads_source(g, key_heads), heads_source(g, value_heads)
     if key is not None and value is not None:
         return _KeyValue(key, value)
     key_concat, value_concat = g.node(key_heads, "Concat"), g.node(value_heads, "Concat")
@@ -109,7 +109,7 @@ def _key_value(g: GraphView, key_t: str, value_heads: str) -> _KeyValue | None:
         if any(len(c.input) != 2 or axis_of(c) not in (2, -2) for c in concats):
             return None
         (past_key, new_key), (past_value, new_value) = key_concat.input, value_concat.input
-        key, value = _heads_source(g, new_key), _heads_source(g, new_value)
+        key, value = heads_source(g, new_key), heads_source(g, new_value)
         if key is None or value is None or past_key not in g.inputs or past_value not in g.inputs:
             return None
         return _KeyValue(key, value, past_key, past_value, key_heads, value_heads)
@@ -132,7 +132,21 @@ class _Match:
     output: str  # (B, T, D) the merged heads
 
 
-def _match(g: GraphView, softmax: onnx.NodeProto) -> _Match | None:
+@dataclass
+class Frame:
+    """What every attention subgraph of ours has around its Softmax."""
+
+    fill: onnx.NodeProto  # Where(mask, MIN, logits) before the Softmax
+    weighted: onnx.NodeProto  # MatMul(weights, values) (B, H, T, Dh)
+    output: str  # (B, T, D) the merged heads
+
+    @property
+    def mask(self) -> str:
+        return self.fill.input[0]  # bool, True = masked out, broadcastable to (B, H, T, S)
+
+
+def attention_frame(g: GraphView, softmax: onnx.NodeProto) -> Frame | None:
+    """The masked Softmax, the weighted sum of the values and the merge of the heads, or None."""
     fill = g.node(softmax.input[0], "Where")
     zero = g.only_consumer(softmax.output[0], "Where")
     if fill is None or zero is None or zero.input[0] != fill.input[0] or zero.input[2] != softmax.output[0]:
@@ -148,6 +162,14 @@ def _match(g: GraphView, softmax: onnx.NodeProto) -> _Match | None:
     reshape = g.only_consumer(merge.output[0], "Reshape")
     if reshape is None:
         return None
+    return Frame(fill, weighted, reshape.output[0])
+
+
+def _match(g: GraphView, softmax: onnx.NodeProto) -> _Match | None:
+    frame = attention_frame(g, softmax)
+    if frame is None:
+        return None
+    fill, weighted = frame.fill, frame.weighted
     logits, position_bias = fill.input[2], None
     add = g.node(logits, "Add")
     if add is not None:
@@ -159,28 +181,28 @@ def _match(g: GraphView, softmax: onnx.NodeProto) -> _Match | None:
     scores = g.node(scaled.input[0], "MatMul")
     if scale is None or scores is None:
         return None
-    query = _heads_source(g, scores.input[0])
+    query = heads_source(g, scores.input[0])
     key_value = _key_value(g, scores.input[1], weighted.input[1])
     if query is None or key_value is None:
         return None
     key = value = None
     if not key_value.split:
-        key, value = _projection(g, key_value.key), _projection(g, key_value.value)
+        key, value = projection(g, key_value.key), projection(g, key_value.value)
     return _Match(
         softmax,
         fill.input[0],
         fill.input[1],
         position_bias,
         scale,
-        _projection(g, query),
+        projection(g, query),
         key_value,
         key,
         value,
-        reshape.output[0],
+        frame.output,
     )
 
 
-class _Masks:
+class Masks:
     """The attention_bias and any-key-visible tensors, built once per (mask, position bias) pair."""
 
     def __init__(self, g: GraphView) -> None:
@@ -200,13 +222,14 @@ class _Masks:
         self.nodes.append(helper.make_node(op, inputs, [out], name=out, **attributes))
         return out
 
-    def attention_bias(self, match: _Match, query: str) -> str:
-        """(B, 1 or H, T, S) float: MIN where masked, else 0, plus the position bias."""
-        key = (match.mask, match.position_bias, match.minimum)
+    def attention_bias(self, mask: str, minimum: str, position_bias: str | None, query: str) -> str:
+        """(B, 1 or H, T, S) float: MIN where `mask` (True = masked out), else 0, plus the position bias;
+        `query` is any (B, T, .) tensor, for T."""
+        key = (mask, position_bias, minimum)
         if key not in self.biases:
-            bias = self._add("Where", [match.mask, match.minimum, self.zero], "mask_bias")  # (B, 1, T|1, S)
-            if match.position_bias is not None:
-                bias = self._add("Add", [bias, match.position_bias], "attention_bias")  # (B, H, T, S)
+            bias = self._add("Where", [mask, minimum, self.zero], "mask_bias")  # (B, 1, T|1, S)
+            if position_bias is not None:
+                bias = self._add("Add", [bias, position_bias], "attention_bias")  # (B, H, T, S)
             # MultiHeadAttention wants the query axis whole: broadcast (B, ., 1, S) masks to T rows.
             length = self._add("Shape", [query], "query_length", start=1, end=2)  # [T]
             shape = self._add("Concat", [self.ones_2, length, self.one], "bias_shape", axis=0)  # [1,1,T,1]
@@ -227,7 +250,7 @@ class _Masks:
 def fuse_attention(model: onnx.ModelProto, *, num_heads: int) -> int:
     """Rewrite every matching attention subgraph of `model` in place; returns how many were fused."""
     g = GraphView(model.graph)
-    masks: _Masks | None = None
+    masks: Masks | None = None
     replaced: list[onnx.NodeProto] = []
     fused = 0
     for softmax in [node for node in g.graph.node if node.op_type == "Softmax"]:
@@ -235,7 +258,7 @@ def fuse_attention(model: onnx.ModelProto, *, num_heads: int) -> int:
         if match is None:
             logger.debug("Softmax %s is not our attention pattern; left alone", softmax.name)
             continue
-        masks = masks or _Masks(g)
+        masks = masks or Masks(g)
         replaced += _replace(g, masks, match, num_heads)
         fused += 1
     if masks is not None:
@@ -250,7 +273,7 @@ def fuse_attention(model: onnx.ModelProto, *, num_heads: int) -> int:
     return fused
 
 
-def _replace(g: GraphView, masks: _Masks, match: _Match, num_heads: int) -> list[onnx.NodeProto]:
+def _replace(g: GraphView, masks: Masks, match: _Match, num_heads: int) -> list[onnx.NodeProto]:
     """Add the fused nodes; returns the old nodes whose outputs they now produce (to delete)."""
     kv = match.key_value
     replaced = [g.producer[match.output]]
@@ -266,7 +289,7 @@ def _replace(g: GraphView, masks: _Masks, match: _Match, num_heads: int) -> list
         query, key, value = q.matmul_output, k.matmul_output, v.matmul_output
     elif k is not None and v is not None:
         key, value = k.output, v.output
-    attention_bias = masks.attention_bias(match, query)
+    attention_bias = masks.attention_bias(match.mask, match.minimum, match.position_bias, query)
     heads = g.fresh("attention")
     inputs = [query, key, value, bias, "", attention_bias, kv.past_key, kv.past_value]
     outputs = [heads] + ([kv.present_key, kv.present_value] if kv.past_key else [])

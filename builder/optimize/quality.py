@@ -19,8 +19,9 @@ import numpy as np
 from onnxformer.builder.export.recipes import RECIPES, recipe
 from onnxformer.runtime.errors import ExportError
 from onnxformer.runtime.folder import ExportFolder
-from onnxformer.runtime.goldens import allowance, golden_cases
+from onnxformer.runtime.goldens import allowance, golden_cases, run_case
 from onnxformer.runtime.loader import ModelExport
+from onnxformer.runtime.manifest import Manifest
 from onnxformer.runtime.session import create_session
 
 # The output whose direction int8 must keep, per (family, role): the embedding, or the logits.
@@ -44,8 +45,14 @@ class Agreement:
         return dataclasses.asdict(self)
 
 
-def compare_graphs(export: ExportFolder, originals: dict[str, bytes], optimized: dict[str, bytes]) -> dict:
-    """File -> `Agreement` for each optimised graph (`originals` and `optimized` map file -> bytes)."""
+def compare_graphs(
+    export: ExportFolder,
+    originals: dict[str, bytes],
+    optimized: dict[str, bytes],
+    manifest: Manifest | None = None,
+) -> dict:
+    """File -> `Agreement` for each optimised graph (`originals` and `optimized` map file -> bytes);
+    `manifest` is the optimised folder's, when its graphs take other feeds (an in-place KV cache)."""
     sessions = {
         path: (create_session(originals[path], device="cpu"), create_session(data, device="cpu"))
         for path, data in optimized.items()
@@ -58,7 +65,7 @@ def compare_graphs(export: ExportFolder, originals: dict[str, bytes], optimized:
             continue
         names = list(loaded.case.outputs)
         before = sessions[path][0].run(loaded.inputs, names)
-        after = sessions[path][1].run(loaded.inputs, names)
+        after = run_case(sessions[path][1], manifest or export.manifest, path, loaded.inputs, names)
         entry = stats[path]
         entry["cases"] += 1
         for name, old, new in zip(names, before, after, strict=True):

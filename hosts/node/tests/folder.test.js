@@ -201,3 +201,8 @@ test("the manifest's task picks the class; an unknown task or an unfeedable inpu
     /kv_cache\.layout must be/,
   );
 });
+
+test("an in-place KV cache (onnxformer optimize) is refused with the option that makes one this host runs", async (t) => {
+  const inPlace = (m) => (m.kv_cache.layout = ["batch", "heads", "max_sequence", "head_dim"]);
+  await refused(openExport(await withManifest(t, "gpt", inPlace)), /in place .*--kv-cache concat/);
+});
