@@ -101,8 +101,8 @@ class TextEncoder(ExportModel):
 
     def _run(self, rows: list[list[int]], output: str, batch_size: int) -> np.ndarray:
         """One output of the encoder (an `io` key such as "sentence_embedding") for every row, in batches
-        of `batch_size`, joined on axis 0 (outputs with a sequence axis only join when one batch holds
-        every row)."""
+        of `batch_size` sorted by length, in the rows' order (outputs with a sequence axis only join when
+        one batch holds every row)."""
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InputError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         name = self._io.outputs.get(output)
@@ -112,13 +112,22 @@ class TextEncoder(ExportModel):
                 f"{sorted(self._io.outputs)}); export a checkpoint with that head to use it"
             )
         pad = self.tokenizer.special_tokens["pad"]
+        # Longest rows first, so that each batch pads to about its own rows' length (what a batch of mixed
+        # lengths costs is its longest row times its size); the results go back in the callers' order.
+        order = sorted(range(len(rows)), key=lambda i: -len(rows[i])) if len(rows) > batch_size else None
+        ordered = rows if order is None else [rows[i] for i in order]
         parts = []
-        for start in range(0, len(rows), batch_size):
-            ids, mask = right_pad(rows[start : start + batch_size], pad)  # (B, T)
+        for start in range(0, len(ordered), batch_size):
+            ids, mask = right_pad(ordered[start : start + batch_size], pad)  # (B, T)
             feeds = pick(self._io, input_ids=ids, attention_mask=mask, token_type_ids=np.zeros_like(ids))
             (value,) = self._encoder.run(feeds, [name])
             parts.append(value)
-        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+        joined = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+        if order is None:
+            return joined
+        restored = np.empty_like(joined)
+        restored[order] = joined
+        return restored
 
     def _frame(self, texts: Sequence[str]) -> list[list[int]]:
         return self.frame_all(texts, what="text")
