@@ -59,8 +59,10 @@ def test_every_attention_and_norm_is_fused(optimized, family: str) -> None:
     in_place = {"bert": 0, "gpt": layers, "t5": 0}
     assert counts["MultiHeadAttention"] == attentions[family] - in_place[family]
     assert counts["GroupQueryAttention"] == in_place[family]
-    self_attentions = {"bert": layers, "gpt": 0, "t5": 2 * layers}  # one MatMul for q, k, v, then Split
-    assert counts["Split"] == self_attentions[family]
+    # One MatMul then a Split: q, k, v of each self-attention (GPT's go packed into GroupQueryAttention);
+    # T5's encoder also computes every decoder layer's cross keys and values from its output in one.
+    packed = {"bert": layers, "gpt": 0, "t5": 2 * layers + 1}
+    assert counts["Split"] == packed[family]
     # Residual add + LayerNorm stay two ops: ONNX Runtime's CPU SkipLayerNormalization is the slower one.
     assert counts["SkipLayerNormalization"] == 0
     gelus = {"bert": layers + 1, "gpt": layers, "t5": 0}  # BERT's MLM transform has one more

@@ -173,7 +173,7 @@ def in_place_cache(
             "",  # cos_cache
             "",  # sin_cache
             "",  # position_ids
-            masks.attention_bias(m.mask, m.minimum, None, query),
+            masks.attention_bias(m.mask, m.minimum, None, ids),  # ids (B, T): for T
         ]
         build.nodes.append(
             helper.make_node(

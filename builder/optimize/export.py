@@ -46,7 +46,7 @@ import onnx
 from onnxformer.builder.export.folder import write_export_folder
 from onnxformer.builder.export.recipes import recipe
 from onnxformer.builder.optimize.cache import BUFFER_AXIS, in_place_cache, pack_cached_qkv
-from onnxformer.builder.optimize.fusion import fuse_attention, pack_qkv
+from onnxformer.builder.optimize.fusion import fuse_attention, pack_qkv, pack_sibling_matmuls
 from onnxformer.builder.optimize.onnx_graph import share_input_shapes
 from onnxformer.builder.optimize.quality import Agreement, compare_graphs, task_metrics
 from onnxformer.runtime.errors import ExportError, ParityError
@@ -106,8 +106,8 @@ def optimize_graph(
         shared = share_input_shapes(model)
         logger.info("fused %d attention subgraphs; %d Shape nodes share an input", fused, shared)
         model = _ort_fusions(model, num_heads=num_heads, hidden_size=hidden_size)
-        packed = pack_qkv(model) + pack_cached_qkv(model)
-        logger.info("packed %d query/key/value projections into one MatMul each", packed)
+        packed = pack_qkv(model) + pack_cached_qkv(model) + pack_sibling_matmuls(model)
+        logger.info("packed %d sets of MatMuls on the same input into one MatMul each", packed)
     if quantize == "int8":
         model = _quantize_int8(model)
     return model

@@ -22,7 +22,7 @@ class GraphView:
         self.initializers = {init.name: init for init in graph.initializer}
         self.inputs = {value.name for value in graph.input}
         self.outputs = {value.name for value in graph.output}
-        self.names = set(self.producer) | set(self.initializers) | self.inputs
+        self.names = set(self.producer) | set(self.initializers) | self.inputs | {n.name for n in graph.node}
         self.counter = 0
 
     def node(self, name: str, op_type: str) -> onnx.NodeProto | None:
