@@ -31,6 +31,9 @@ def demo_command(
         int | None,
         typer.Option(help="Training steps per model (default: each family's; fewer for a quick look)."),
     ] = None,
+    blocks: Annotated[
+        bool, typer.Option("--blocks/--no-blocks", help="Also export each block of each model.")
+    ] = True,
     overwrite: Annotated[
         bool,
         typer.Option("--overwrite", help="Replace the checkpoints and exports of an earlier demo in --out."),
@@ -69,7 +72,7 @@ def demo_command(
             console.print(f"[bold]{family}[/] trained: {metric} = {result.metrics[metric]:.3f}")
             export = out / "export" / family
             with console.status(f"exporting {family} and checking parity"):
-                manifest = export_checkpoint(result.out, export)
+                manifest = export_checkpoint(result.out, export, blocks=blocks)
             opened = ExportFolder.open(export)
             problems = [r.problem for r in check_export(opened) if not r.ok]
             goldens = run_goldens(opened) if not problems else []
