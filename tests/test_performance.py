@@ -179,3 +179,25 @@ def test_session_options(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(onnxruntime, "InferenceSession", spy)
     create_session(data, device="cpu")
     assert "SkipLayerNormFusion" in seen["disabled_optimizers"]  # the slower CPU kernel stays out
+
+
+def test_int8_that_misses_the_bar_keeps_the_ffn_outputs_fp32(tmp_path: Path, caplog) -> None:
+    """Below min_cosine, int8 is redone with the FFN output projections in float32; still below, refused."""
+    with caplog.at_level("INFO"), pytest.raises(ExportError, match="even with its FFN output projections"):
+        optimize_export(EXPORTED / "bert", tmp_path / "strict", quantize="int8", tasks=False, min_cosine=1.0)
+    assert "FFN output projections kept in float32" in caplog.text
+    assert not (tmp_path / "strict").exists()  # nothing written
+    config = _config("bert")
+    graph = onnx.load(EXPORTED / "bert" / "encoder.onnx")
+    kept = optimize_graph(
+        graph,
+        num_heads=config["n_heads"],
+        hidden_size=config["d_model"],
+        quantize="int8",
+        fp32_inputs=config["d_ff"],
+    )
+    rows = {init.name: init.dims[0] for init in kept.graph.initializer if len(init.dims) == 2}
+    float_rows = [rows.get(node.input[1]) for node in kept.graph.node if node.op_type == "MatMul"]
+    assert float_rows.count(config["d_ff"]) == config["n_layers"]  # every FFN output projection, in fp32
+    ops = Counter(node.op_type for node in kept.graph.node)
+    assert ops["MatMulInteger"] + ops["DynamicQuantizeMatMul"] > 0  # the rest is int8
