@@ -80,12 +80,14 @@ class CacheLayout:
         """Past and present are one buffer written in place (manifest layout `max_sequence`)."""
         return self.spec.in_place
 
-    def buffers(self, session, batch: int, length: int) -> dict[str, tuple[str, object]]:
-        """An in-place cache for `length` positions: past name -> (present name, zeroed OrtValue
-        (B, H, length, Dh) on `session`'s device), for `Session.run_in_place`."""
+    def bind(self, session, batch: int, length: int, outputs: list[str]):
+        """An in-place cache for `length` positions on `session` (a `BoundCache`, whose `run` also
+        returns `outputs`)."""
+        from onnxformer.runtime.session import BoundCache
+
         shape = (batch, self.spec.kv_heads, length, self.spec.head_dim)
-        pairs = zip(self.past_names(), self.present_names(), strict=True)
-        return {past: (present, session.buffer(shape)) for past, present in pairs}
+        pairs = list(zip(self.past_names(), self.present_names(), strict=True))
+        return BoundCache(session, pairs, shape, outputs)
 
 
 def with_room(feeds: Feeds, spec: KVCache, new: int) -> Feeds:

@@ -174,9 +174,8 @@ class TextGenerator(ExportModel):
 
     def _step(self, ids: np.ndarray, mask: np.ndarray, cache: Feeds) -> tuple[np.ndarray, Feeds]:
         """ids (B, T), mask (B, P + T) -> logits at the last position (B, V), the cache with T more."""
-        if self._cache.in_place:  # cache: past name -> (present name, buffer), written by the step
-            feeds = pick(self._io, input_ids=ids, attention_mask=mask)
-            (logits,) = self._decoder.run_in_place(feeds, self._outputs[:1], cache)
+        if self._cache.in_place:  # cache: a BoundCache, which the step writes into
+            (logits,) = cache.run(pick(self._io, input_ids=ids, attention_mask=mask))
             return np.ascontiguousarray(logits[:, -1]), cache
         feeds = {**pick(self._io, input_ids=ids, attention_mask=mask), **cache}
         outputs = self._decoder.run(feeds, self._outputs)
@@ -187,7 +186,7 @@ class TextGenerator(ExportModel):
         if not self._cache.in_place:
             return self._cache.empty(len(ids))
         length = ids.shape[1] + max(max(budgets, default=0), 1)  # the prompt, then one token per step
-        return self._cache.buffers(self._decoder, len(ids), length)
+        return self._cache.bind(self._decoder, len(ids), length, self._outputs[:1])
 
     def _budgets(self, request: _Request) -> list[int]:
         return prompt_budgets([len(row) for row in request.rows], request.max_new_tokens, self.max_len)

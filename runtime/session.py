@@ -68,27 +68,40 @@ class Session:
                 "file is damaged: check the export with `onnxformer verify DIR`"
             ) from error
 
-    def buffer(self, shape: tuple[int, ...]) -> object:
-        """A zeroed float32 OrtValue on the session's device, for an in-place KV cache."""
-        ort = _onnxruntime()
-        device = "cuda" if self.provider == "CUDAExecutionProvider" else "cpu"
-        return ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, np.float32), device, 0)
 
-    def run_in_place(self, feeds: dict, outputs: list[str], buffers: dict[str, tuple[str, object]]) -> list:
-        """`run`, with each buffer (input name -> (output name, OrtValue)) bound as that input and as its
-        output, so that ONNX Runtime writes the output into the input's memory (IO binding) and nothing is
-        copied; returns `outputs` as arrays (the buffers stay where they are)."""
+class BoundCache:
+    """One generation's in-place KV cache: zeroed float32 buffers on the session's device, each bound (IO
+    binding) as its `past` input and as its `present` output, so that ONNX Runtime writes every step's keys
+    and values into the same memory and nothing is copied. The binding is made once; each step rebinds
+    only the token inputs."""
+
+    def __init__(
+        self, session: Session, pairs: list[tuple[str, str]], shape: tuple[int, ...], outputs: list[str]
+    ):
+        ort = _onnxruntime()
+        device = "cuda" if session.provider == "CUDAExecutionProvider" else "cpu"
+        self.session = session
+        self.outputs = outputs
+        self.buffers = {
+            past: (present, ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, np.float32), device, 0))
+            for past, present in pairs
+        }
+        self.binding = session.session.io_binding()
+        for name in outputs:  # first, so that they come first in get_outputs (rebinding keeps the place)
+            self.binding.bind_output(name)
+        for past, (present, value) in self.buffers.items():
+            self.binding.bind_ortvalue_input(past, value)
+            self.binding.bind_ortvalue_output(present, value)
+
+    def run(self, feeds: dict) -> list:
+        """One step: `feeds` (the inputs other than the cache) in, `outputs` out as arrays."""
         try:
-            binding = self.session.io_binding()
             for name, value in feeds.items():
-                binding.bind_cpu_input(name, np.ascontiguousarray(value))
-            for name in outputs:
-                binding.bind_output(name)
-            for name, (output, value) in buffers.items():
-                binding.bind_ortvalue_input(name, value)
-                binding.bind_ortvalue_output(output, value)
-            self.session.run_with_iobinding(binding)
-            return [value.numpy() for value in binding.get_outputs()[: len(outputs)]]
+                self.binding.bind_cpu_input(name, np.ascontiguousarray(value))
+            for name in self.outputs:  # a fresh output each step (its shape changes with the step's tokens)
+                self.binding.bind_output(name)
+            self.session.session.run_with_iobinding(self.binding)
+            return [value.numpy() for value in self.binding.get_outputs()[: len(self.outputs)]]
         except Exception as error:  # ONNX Runtime's own errors are untyped
             first = str(error).splitlines()[0] if str(error) else type(error).__name__
             raise InferenceError(

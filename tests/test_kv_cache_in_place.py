@@ -57,7 +57,7 @@ def test_steps_write_into_the_bound_buffer(gpt_caches: dict[str, Path]) -> None:
     ids = np.array([[1, 9, 12, 30], [1, 44, 8, 9]], np.int64)
     mask = np.ones_like(ids)
     buffers = bound._empty_cache(ids, [3])  # room for the prompt and 3 steps
-    pointers = {name: value.data_ptr() for name, (_, value) in buffers.items()}
+    pointers = {name: value.data_ptr() for name, (_, value) in buffers.buffers.items()}
     cache = plain._cache.empty(len(ids))
     worst = 0.0
     for step in range(3):
@@ -65,7 +65,7 @@ def test_steps_write_into_the_bound_buffer(gpt_caches: dict[str, Path]) -> None:
         want, cache = plain._step(ids, mask, cache)
         worst = max(worst, float(np.abs(got - want).max()))
         filled = mask.shape[1]
-        for name, (_, value) in buffers.items():
+        for name, (_, value) in buffers.buffers.items():
             assert value.data_ptr() == pointers[name]  # the same memory, step after step
             array = value.numpy()
             worst = max(worst, float(np.abs(array[:, :, :filled] - cache[name]).max()))
@@ -85,7 +85,7 @@ def test_generation_matches_the_concat_cache(gpt_caches: dict[str, Path], monkey
         calls["run"] += 1
         return real_run(self, feeds, outputs)
 
-    monkeypatch.setattr(Session, "run", counting)
+    monkeypatch.setattr(Session, "run", counting)  # the unbound call, which copies the cache
     greedy = bound.generate(PROMPTS, temperature=0.0, max_new_tokens=12)
     assert calls["run"] == 0  # every step went through the bound call
     assert greedy == plain.generate(PROMPTS, temperature=0.0, max_new_tokens=12)
