@@ -99,6 +99,74 @@ def _match(g: GraphView, softmax: onnx.NodeProto) -> _Cached | None:
     return _Cached(frame.mask, frame.fill.input[1], scale, scores.input[0], key, value, frame.output)
 
 
+@dataclass
+class _Rotary:
+    source: str  # (B, T, H Dh) the projection before the split into heads
+    positions: str  # (B, T) int64 position ids
+    inv_freq: np.ndarray  # (Dh / 2,) the rotary frequencies
+
+
+def _rotary(g: GraphView, heads: str) -> _Rotary | None:
+    """Our rotary position encoding of split heads X (B, H, T, Dh), in the non-interleaved form
+    X * cos + cat(-X2, X1) * sin, with cos and sin Tile(Cos / Sin(positions * inv_freq), 2) (B, 1, T, Dh);
+    or None."""
+    add = g.node(heads, "Add")
+    products = [g.node(name, "Mul") for name in add.input] if add is not None else []
+    if len(products) != 2 or any(p is None for p in products):
+        return None
+    for straight, rotated in (products, products[::-1]):
+        for x_side in (0, 1):
+            x, cos = straight.input[x_side], straight.input[1 - x_side]
+            for half_side in (0, 1):
+                half, sin = rotated.input[half_side], rotated.input[1 - half_side]
+                if _rotate_half(g, half) == x:
+                    found = _angles(g, cos, "Cos"), _angles(g, sin, "Sin")
+                    source = heads_source(g, x)
+                    if source is not None and found[0] is not None and found[0] == found[1]:
+                        positions, inv_freq = found[0]
+                        return _Rotary(source, positions, g.constant(inv_freq))
+    return None
+
+
+def _rotate_half(g: GraphView, name: str) -> str | None:
+    """X for Concat(-X2, X1) on the last axis, X1 and X2 the halves of X; else None."""
+    concat = g.node(name, "Concat")
+    if concat is None or len(concat.input) != 2 or axis_of(concat) not in (-1, 3):
+        return None
+    neg = g.node(concat.input[0], "Neg")
+    split = g.node(neg.input[0], "Split") if neg is not None else None
+    if split is None or len(split.output) != 2 or axis_of(split) not in (-1, 3):
+        return None
+    if list(split.output) != [concat.input[1], neg.input[0]]:
+        return None
+    return split.input[0]
+
+
+def _angles(g: GraphView, name: str, op: str) -> tuple[str, str] | None:
+    """(positions (B, T), inv_freq initializer) for Tile(Expand(op(Cast(positions[:, None, :, None]) *
+    inv_freq)), [1, 1, 1, 2]); else None."""
+    tile = g.node(name, "Tile")
+    repeats = g.constant(tile.input[1]) if tile is not None else None
+    if repeats is None or repeats.reshape(-1).tolist() != [1, 1, 1, 2]:
+        return None
+    node = g.node(tile.input[0], "Expand")
+    trig = g.node(node.input[0] if node is not None else tile.input[0], op)
+    scaled = g.node(trig.input[0], "Mul") if trig is not None else None
+    if scaled is None:
+        return None
+    for angle_side in (0, 1):
+        inv_freq = scaled.input[1 - angle_side]
+        frequencies = g.constant(inv_freq)
+        cast = g.node(scaled.input[angle_side], "Cast")
+        if frequencies is None or frequencies.ndim != 1 or cast is None:
+            continue
+        outer = g.node(cast.input[0], "Unsqueeze")
+        inner = g.node(outer.input[0], "Unsqueeze") if outer is not None else None
+        if inner is not None:
+            return inner.input[0], inv_freq
+    return None
+
+
 class _Builder:
     """The nodes added by the rewrite, and the per-step tensors every layer shares."""
 
@@ -121,11 +189,32 @@ class _Builder:
         self.seqlens = self.add("Expand", [last, batch], "seqlens_k")  # (B,) int32: P + T - 1
         total_32 = self.add("Cast", [total], "total_32", to=onnx.TensorProto.INT32)
         self.total = self.add("Reshape", [total_32, scalar], "total_sequence_length")  # scalar int32
+        self.trig: dict[bytes, tuple[str, str]] = {}  # inv_freq -> (cos, sin) caches
 
     def add(self, op: str, inputs: list[str], hint: str, **attributes) -> str:
         out = self.g.fresh(hint)
         self.nodes.append(helper.make_node(op, inputs, [out], name=out, **attributes))
         return out
+
+    def rotated(self, rotary: _Rotary, heads: int, max_positions: int) -> str:
+        """(B, T, heads Dh): ONNX Runtime's RotaryEmbedding on the projection, at the graph's own positions
+        (so the cache holds exactly the keys the plain graph's does)."""
+        key = rotary.inv_freq.tobytes()
+        if key not in self.trig:
+            angles = np.arange(max_positions, dtype=np.float64)[:, None] * rotary.inv_freq[None, :]
+            self.trig[key] = tuple(
+                self.g.add_initializer(f(angles).astype(np.float32), name)
+                for f, name in ((np.cos, "cos"), (np.sin, "sin"))
+            )
+        cos, sin = self.trig[key]
+        return self.add(
+            "RotaryEmbedding",
+            [rotary.source, rotary.positions, cos, sin],
+            "rotary",
+            domain=MS_DOMAIN,
+            num_heads=heads,
+            interleaved=0,
+        )
 
     def merged(self, heads: str) -> str:
         """(B, T, H Dh) from (B, H, T, Dh): the split's source when there is one, else a transpose."""
@@ -145,11 +234,13 @@ def in_place_cache(
     ids: str,
     mask: str,
     past_names: list[str],
+    max_positions: int | None = None,
 ) -> int:
     """Rewrite every cached self-attention of the decoder `model` in place (see the module docstring);
     returns how many. `ids` and `mask` are the graph's token and attention-mask inputs, `past_names` its
-    cache inputs. Raises ExportError, leaving the graph as it was, unless every one of them was rewritten
-    and nothing else reads them."""
+    cache inputs. With `max_positions` (the model's context), rotary position encodings become ONNX
+    Runtime's RotaryEmbedding with cos/sin tables of that many positions. Raises ExportError, leaving the
+    graph as it was, unless every cache input was rewritten and nothing else reads them."""
     original = model.SerializeToString()
     g = GraphView(model.graph)
     matches = [m for m in (_match(g, s) for s in g.graph.node if s.op_type == "Softmax") if m is not None]
@@ -160,11 +251,16 @@ def in_place_cache(
     replaced: list[onnx.NodeProto] = []
     pasts: set[str] = set()
     for m in matches:
-        query = build.merged(m.query)
+        query_rotary, key_rotary = _rotary(g, m.query), _rotary(g, m.key.input[1])
+        if query_rotary is not None and key_rotary is not None and max_positions is not None:
+            query = build.rotated(query_rotary, num_heads, max_positions)
+            key = build.rotated(key_rotary, kv_heads, max_positions)
+        else:
+            query, key = build.merged(m.query), build.merged(m.key.input[1])
         heads = g.fresh("attention")
         inputs = [
             query,
-            build.merged(m.key.input[1]),
+            key,
             build.merged(m.value.input[1]),
             m.key.input[0],
             m.value.input[0],
@@ -190,11 +286,16 @@ def in_place_cache(
         build.nodes.append(helper.make_node("Mul", [heads, masks.any_visible(m.mask)], [m.output]))
         replaced += [g.producer[m.output], m.key, m.value]
         pasts.update((m.key.input[0], m.value.input[0]))
+    bounds: dict[int, str] = {}  # one initializer per value: the layers' copies stay identical, and
+    # ONNX Runtime's common-subexpression elimination then computes their masks once
     for node in [n for n in g.graph.node if n.op_type == "Shape" and n.input[0] in pasts]:
         start = next((a.i for a in node.attribute if a.name == "start"), 0)
         end = next((a.i for a in node.attribute if a.name == "end"), 4)
-        bounds = [g.add_initializer(np.array([bound], np.int64), "bound") for bound in (start, end)]
-        build.nodes.append(helper.make_node("Slice", [build.past_shape, *bounds], list(node.output)))
+        for bound in (start, end):
+            if bound not in bounds:
+                bounds[bound] = g.add_initializer(np.array([bound], np.int64), "bound")
+        slice_inputs = [build.past_shape, bounds[start], bounds[end]]
+        build.nodes.append(helper.make_node("Slice", slice_inputs, list(node.output)))
         replaced.append(node)
     g.graph.node.extend(build.nodes + masks.nodes)
     for node in replaced:

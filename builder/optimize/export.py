@@ -63,6 +63,7 @@ CACHE_UPDATES: tuple[CacheUpdate, ...] = ("in-place", "concat")
 FUSED_OPS = (
     "MultiHeadAttention",
     "GroupQueryAttention",
+    "RotaryEmbedding",
     "SkipLayerNormalization",
     "BiasGelu",
     "Gelu",
@@ -80,6 +81,7 @@ def optimize_graph(
     quantize: Quantization | None = None,
     cache: KVCache | None = None,
     fp32_inputs: int | None = None,
+    max_positions: int | None = None,
 ) -> onnx.ModelProto:
     """The optimised copy of one graph (the argument is left as it was). With `cache` (a decoder's KV
     cache), its cached self-attention is rewritten to write the cache in place (`cache.in_place_cache`).
@@ -97,6 +99,7 @@ def optimize_graph(
             ids="input_ids",
             mask="attention_mask",
             past_names=cache.past_names(),
+            max_positions=max_positions,
         )
         if rewritten != cache.layers:
             raise ExportError(
@@ -243,6 +246,7 @@ def optimize_export(
             fuse=fuse,
             quantize=quantize,
             cache=cache if in_place and path == manifest.graphs.get("decoder") else None,
+            max_positions=config.get("max_len"),
         )
         optimized[path] = model.SerializeToString()
         _check_interface(path, manifest.file(path), model)
@@ -262,6 +266,7 @@ def optimize_export(
             quantize=quantize,
             cache=cache if in_place and path == manifest.graphs.get("decoder") else None,
             fp32_inputs=config["d_ff"],
+            max_positions=config.get("max_len"),
         )
         logger.info("%s: int8 missed cosine %.4f; FFN output projections kept in float32", path, min_cosine)
         optimized[path] = model.SerializeToString()
