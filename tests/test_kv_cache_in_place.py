@@ -3,6 +3,7 @@ the graph writes each step's keys and values into the buffer the runtime binds, 
 what the plain cache contract (past in, past + new out) generates."""
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -97,11 +98,16 @@ def test_generation_matches_the_concat_cache(gpt_caches: dict[str, Path], monkey
 
 
 def test_grouped_query_llama_generates_the_same(hf_exports, tmp_path: Path) -> None:
-    """Rotary positions and 2 KV heads for 4 query heads: GroupQueryAttention's grouping, on an imported
-    Llama-style checkpoint."""
+    """Rotary positions (as RotaryEmbedding) and 2 KV heads for 4 query heads (GroupQueryAttention's
+    grouping), on an imported Llama-style checkpoint: the same tokens as the plain export, left padding
+    included."""
     _, export = hf_exports["llama"]
     optimize_export(export, tmp_path / "fused", tasks=False)
     assert ExportFolder.open(tmp_path / "fused").manifest.kv_cache.in_place
+    ops = Counter(node.op_type for node in onnx.load(tmp_path / "fused" / "decoder.onnx").graph.node)
+    layers = ExportFolder.open(export).manifest.kv_cache.layers
+    assert ops["GroupQueryAttention"] == layers and ops["RotaryEmbedding"] == 2 * layers  # q and k
+    assert ops["Neg"] == 0  # none of the plain graph's rotate-half arithmetic is left
     bound, plain = load(tmp_path / "fused", device="cpu"), load(export, device="cpu")
     rows = [[1, 40, 41, 42, 43, 44], [1, 50, 51]]
     want = plain.generate_ids(rows, temperature=0.0, max_new_tokens=10, stop_tokens=[])
