@@ -1,0 +1,329 @@
+"""`onnxformer bench --peers`: our runtime side by side with the tools users would pick instead.
+
+Per family (encoder, decoder, seq2seq): build the models (models.py), start one worker per tool in its
+own environment (envs.py), load each tool's model and prepare every workload's inputs in it, then per
+workload warm every tool up and time the tools alternately, the order reversed every other repetition,
+sleeping PAUSE_S before each call (ONNX Runtime and PyTorch leave their threads spinning for a while
+after a call, see benchmarks/run.py). The orchestrator waits for each answer before the next request, so
+only one worker computes at a time; every tool gets the same thread count. Medians, min and max per tool;
+the ratios peer median / our median (above 1: we are faster) against each peer of the same precision and
+the best of them.
+"""
+
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from benchmarks.peers.envs import ENVS, Worker, WorkerError, env_versions
+from benchmarks.peers.models import PREPARE, Builder
+from benchmarks.peers.workloads import KINDS, TOOLS, WORKLOADS, Tool, Workload
+
+SCHEMA = 1
+PAUSE_S = 0.25
+FAMILIES = ("encoder", "decoder", "seq2seq")
+TARGET, AIM = 1.0, 1.2  # our median against the best peer's of the same precision
+PRECISIONS = ("fp32", "int8")
+Progress = Callable[[str], None]
+
+
+class Timer(Protocol):
+    def time(self, key: str, inner: int) -> float: ...
+
+
+@dataclass(frozen=True)
+class PeersOptions:
+    work: Path
+    threads: int
+    warmup: int = 2
+    repeats: int = 5
+    quick: bool = False
+    fresh: bool = False
+    families: tuple[str, ...] = FAMILIES
+
+
+def stats(values: list[float]) -> dict:
+    return {
+        "median_ms": round(float(np.median(values)), 3),
+        "min_ms": round(min(values), 3),
+        "max_ms": round(max(values), 3),
+        "samples": len(values),
+    }
+
+
+def time_alternating(
+    timers: dict[str, Timer],
+    key: str,
+    *,
+    inner: int,
+    warmup: int,
+    repeats: int,
+    pause: float = PAUSE_S,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[dict[str, dict], dict[str, str]]:
+    """Per tool: median, min and max ms per call; a tool whose worker fails is dropped (its error kept)."""
+    names = list(timers)
+    errors: dict[str, str] = {}
+    samples: dict[str, list[float]] = {name: [] for name in names}
+
+    def call(name: str) -> float | None:
+        try:
+            return timers[name].time(key, inner)
+        except WorkerError as error:
+            errors[name] = str(error)
+            return None
+
+    for name in names:
+        for _ in range(warmup):
+            if name not in errors:
+                call(name)
+    for repeat in range(repeats):
+        for name in names if repeat % 2 == 0 else names[::-1]:
+            if name in errors:
+                continue
+            sleep(pause)
+            value = call(name)
+            if value is not None:
+                samples[name].append(value)
+    return {name: stats(values) for name, values in samples.items() if values and name not in errors}, errors
+
+
+def compare(timings: dict[str, dict], tools: dict[str, Tool]) -> list[dict]:
+    """For each of our variants: the ratio peer median / our median against every peer of its precision
+    and against the best (fastest) of them."""
+    rows = []
+    for precision in PRECISIONS:
+        peers = {
+            n: t["median_ms"]
+            for n, t in timings.items()
+            if not tools[n].ours and tools[n].precision == precision
+        }
+        for name, timing in timings.items():
+            if not tools[name].ours or tools[name].precision != precision:
+                continue
+            ours = timing["median_ms"]
+            row = {"precision": precision, "ours": name, "ours_median_ms": ours}
+            row["ratios"] = {peer: round(median / ours, 3) for peer, median in peers.items()}
+            if peers:
+                best = min(peers, key=peers.get)
+                row.update(best_peer=best, best_peer_median_ms=peers[best], ratio_vs_best=row["ratios"][best])
+            else:
+                row.update(best_peer=None, best_peer_median_ms=None, ratio_vs_best=None)
+            rows.append(row)
+    return rows
+
+
+def _embedding_checks(vectors: dict[str, np.ndarray], tools: dict[str, Tool], queries: int = 100) -> dict:
+    """Cosine of each tool's embeddings to sentence-transformers' (PyTorch fp32), and a retrieval check:
+    each of the first `queries` sentences embedded by the tool, searched among the reference embeddings
+    of all sentences; the rank of the same sentence (1 = found first)."""
+    reference = vectors.get("sentence-transformers")
+    if reference is None:
+        return {}
+
+    def unit(x: np.ndarray) -> np.ndarray:
+        return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+    reference = unit(reference)
+    checks = {}
+    for name, value in vectors.items():
+        value = unit(value)
+        cosine = (value * reference).sum(axis=-1)  # (N,)
+        scores = value[:queries] @ reference.T  # (Q, N)
+        own = scores[np.arange(len(scores)), np.arange(len(scores))]  # (Q,)
+        ranks = 1 + (scores > own[:, None]).sum(axis=-1)  # (Q,)
+        checks[name] = {
+            "precision": tools[name].precision,
+            "cosine_to_reference_min": round(float(cosine.min()), 6),
+            "cosine_to_reference_mean": round(float(cosine.mean()), 6),
+            "retrieval_queries": len(ranks),
+            "retrieval_recall_at_1": round(float((ranks == 1).mean()), 3),
+            "retrieval_mean_rank": round(float(ranks.mean()), 3),
+            "retrieval_worst_rank": int(ranks.max()),
+        }
+    return {"reference": "sentence-transformers", "tools": checks}
+
+
+def _token_checks(tokens: dict[str, list[list[int]]], reference: str) -> dict:
+    """Per tool: the rows equal to the reference's tokens, and the mean length of the common prefix."""
+    base = tokens.get(reference)
+    if base is None:
+        return {}
+    checks = {}
+    for name, rows in tokens.items():
+        prefixes = []
+        for row, want in zip(rows, base, strict=False):
+            same = next(
+                (i for i, (a, b) in enumerate(zip(row, want, strict=False)) if a != b),
+                min(len(row), len(want)),
+            )
+            prefixes.append(same)
+        checks[name] = {
+            "new_tokens": [len(row) for row in rows],
+            "rows_equal": sum(row == want for row, want in zip(rows, base, strict=False)),
+            "rows": len(rows),
+            "mean_common_prefix": round(float(np.mean(prefixes)), 1) if prefixes else 0.0,
+        }
+    return {"reference": reference, "tools": checks}
+
+
+def _start(tool: Tool, threads: int, logs: Path, failures: list, family: str) -> Worker | None:
+    worker = Worker(
+        tool.name, ENVS[tool.env], threads=threads, log=logs / f"{family}-{tool.name.replace(':', '-')}.log"
+    )
+    try:
+        worker.versions = worker.request("load", tool=tool.module, args={**tool.args, "threads": threads})[
+            "versions"
+        ]
+        return worker
+    except WorkerError as error:
+        failures.append({"family": family, "tool": tool.name, "stage": "load", "error": str(error)})
+        worker.close()
+        return None
+
+
+def run_family(
+    family: str, models: dict, options: PeersOptions, say: Progress, failures: list
+) -> tuple[dict, list]:
+    tools = {tool.name: tool for tool in TOOLS[family](models)}
+    workloads: list[Workload] = WORKLOADS[family](models, quick=options.quick)
+    warmup = 1 if options.quick else options.warmup
+    repeats = 3 if options.quick else options.repeats
+    workers: dict[str, Worker] = {}
+    described = {}
+    results = []
+    try:
+        for tool in tools.values():
+            say(f"{family}: loading {tool.name}")
+            worker = _start(tool, options.threads, options.work / "logs", failures, family)
+            if worker is not None:
+                workers[tool.name] = worker
+                described[tool.name] = {
+                    "what": tool.what,
+                    "precision": tool.precision,
+                    "env": ENVS[tool.env].venv,
+                    "versions": worker.versions,
+                }
+        for workload in workloads:
+            timers = {}
+            for name, worker in workers.items():
+                if workload.kind not in KINDS[tools[name].module]:
+                    continue
+                try:
+                    worker.request("prepare", key=workload.key, kind=workload.kind, args=workload.args)
+                    timers[name] = worker
+                except WorkerError as error:
+                    failure = {"family": family, "tool": name, "workload": workload.key, "stage": "prepare"}
+                    failures.append({**failure, "error": str(error)})
+            say(f"timing {workload.title} ({len(timers)} tools)")
+            timings, errors = time_alternating(
+                timers, workload.key, inner=workload.inner, warmup=warmup, repeats=repeats
+            )
+            for name, error in errors.items():
+                failures.append(
+                    {
+                        "family": family,
+                        "tool": name,
+                        "workload": workload.key,
+                        "stage": "time",
+                        "error": error,
+                    }
+                )
+            result = {
+                "family": family,
+                "key": workload.key,
+                "title": workload.title,
+                "unit": workload.unit,
+                "calls_per_sample": workload.inner,
+                "tools": timings,
+                "comparisons": compare(timings, tools),
+            }
+            if workload.check:
+                result["checks"] = _checks(workload, {n: workers[n] for n in timings}, tools)
+            results.append(result)
+    finally:
+        for worker in workers.values():
+            worker.close()
+    return described, results
+
+
+def _checks(workload: Workload, workers: dict[str, Worker], tools: dict[str, Tool]) -> dict:
+    if workload.check == "embeddings":
+        vectors = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, worker in workers.items():
+                path = Path(tmp) / f"{name.replace(':', '-')}.npy"
+                worker.request("output", key=workload.key, path=str(path))
+                vectors[name] = np.load(path)
+        return _embedding_checks(vectors, tools)
+    tokens = {name: worker.request("output", key=workload.key)["output"] for name, worker in workers.items()}
+    return _token_checks(tokens, "transformers")
+
+
+def targets(workloads: list[dict]) -> list[dict]:
+    """Ours >= TARGET x the best peer of the same precision on every workload (aim: AIM x)."""
+    rows = []
+    for workload in workloads:
+        for row in workload["comparisons"]:
+            value = row["ratio_vs_best"]
+            peer = f"best {row['precision']} peer ({row['best_peer']})"
+            rows.append(
+                {
+                    "target": f"{workload['title']}: {row['ours']} vs {peer}",
+                    "value": value,
+                    "wanted": f">= {TARGET}x (aim {AIM}x)",
+                    "met": None if value is None else value >= TARGET,
+                    "aim_met": None if value is None else value >= AIM,
+                }
+            )
+    return rows
+
+
+def run_peers(options: PeersOptions, *, progress: Progress | None = None) -> dict:
+    from benchmarks.machine import LoadMonitor, machine_facts
+
+    say = progress or (lambda message: None)
+    for env in ENVS.values():
+        env.check()
+    monitor = LoadMonitor().start()
+    builder = Builder(options.work, fresh=options.fresh, progress=say)
+    failures: list[dict] = []
+    tools: dict[str, dict] = {}
+    workloads: list[dict] = []
+    models = {}
+    for family in options.families:
+        models[family] = PREPARE[family](builder)
+    started = time.perf_counter()
+    for family in options.families:
+        tools[family], results = run_family(family, models[family], options, say, failures)
+        workloads += results
+    result = {
+        "schema": SCHEMA,
+        "command": " ".join(["onnxformer", *sys.argv[1:]]),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine_facts(options.threads),
+        "settings": {
+            "threads": options.threads,
+            "warmup": 1 if options.quick else options.warmup,
+            "repeats": 3 if options.quick else options.repeats,
+            "quick": options.quick,
+            "pause_s": PAUSE_S,
+            "timing_s": round(time.perf_counter() - started, 1),
+            "models": {family: str(models[family]["source"]) for family in options.families},
+        },
+        "environments": {
+            name: {"venv": env.venv, "packages": env_versions(env)} for name, env in ENVS.items()
+        },
+        "tools": tools,
+        "workloads": workloads,
+        "failures": failures,
+    }
+    result["targets"] = targets(workloads)
+    result["load"] = monitor.stop()
+    return result
