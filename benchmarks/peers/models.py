@@ -2,7 +2,7 @@
 
     corpus.txt                 the built-in corpus the random models' tokenizers are trained on
     minilm/<variant>           ours: `onnxformer export` of the real all-MiniLM-L6-v2, then `optimize`
-    minilm-optimum/            Optimum's export + model_O2/O3.onnx + model_quantized / model_O2_quantized
+    minilm-optimum/            Optimum's export + model_O2/O3.onnx + model_quantized.onnx (int8)
     llama-hf/                  the random-weight LlamaForCausalLM (built in .venv-genai, transformers 5)
     llama/<variant>            ours on it
     genai-fp32|int8|int4/      onnxruntime-genai's model builder on llama-hf
@@ -70,6 +70,7 @@ class Builder:
         self.work = work
         self.fresh = fresh
         self.say = progress
+        self.failures: list[dict] = []  # our variants that could not be built (the run goes on without them)
         work.mkdir(parents=True, exist_ok=True)
 
     def step(self, out: Path, what: str, stamp: dict, command: list[str], *, cwd: Path | None = None) -> Path:
@@ -79,7 +80,7 @@ class Builder:
             return out
         self.say(f"building {what}")
         shutil.rmtree(out, ignore_errors=True)
-        log = self.work / "logs" / f"build-{out.name}.log"
+        log = self.work / "logs" / f"build-{out.relative_to(self.work).as_posix().replace('/', '-')}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         environment = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": _path()}
         with log.open("w") as handle:
@@ -111,9 +112,14 @@ class Builder:
                 "options": list(variant.options),
             }
             command = [cli, "optimize", str(plain), str(out), "--no-tasks", *variant.options]
-            folders[variant.name] = self.step(
-                out, f"{name}: onnxformer optimize {' '.join(variant.options)}", stamp, command
-            )
+            try:
+                folders[variant.name] = self.step(
+                    out, f"{name}: onnxformer optimize {' '.join(variant.options)}", stamp, command
+                )
+            except ConfigError as error:  # that variant is left out of the run and reported
+                self.failures.append(
+                    {"family": name, "tool": f"ours:{variant.name}", "stage": "build", "error": str(error)}
+                )
         return folders
 
     def hf(self, env: str, what: str, out: Path, *args: str) -> Path:

@@ -222,8 +222,9 @@ def run_family(
                     failure = {"family": family, "tool": name, "workload": workload.key, "stage": "prepare"}
                     failures.append({**failure, "error": str(error)})
             say(f"timing {workload.title} ({len(timers)} tools)")
+            count = min(repeats, workload.max_repeats or repeats)
             timings, errors = time_alternating(
-                timers, workload.key, inner=workload.inner, warmup=warmup, repeats=repeats
+                timers, workload.key, inner=workload.inner, warmup=warmup, repeats=count
             )
             for name, error in errors.items():
                 failures.append(
@@ -299,6 +300,7 @@ def run_peers(options: PeersOptions, *, progress: Progress | None = None) -> dic
     models = {}
     for family in options.families:
         models[family] = PREPARE[family](builder)
+    failures += builder.failures
     started = time.perf_counter()
     for family in options.families:
         tools[family], results = run_family(family, models[family], options, say, failures)
