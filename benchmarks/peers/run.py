@@ -223,8 +223,9 @@ def run_family(
                     failures.append({**failure, "error": str(error)})
             say(f"timing {workload.title} ({len(timers)} tools)")
             count = min(repeats, workload.max_repeats or repeats)
+            warm = min(warmup, 1) if workload.max_repeats else warmup  # one warm-up call of many seconds
             timings, errors = time_alternating(
-                timers, workload.key, inner=workload.inner, warmup=warmup, repeats=count
+                timers, workload.key, inner=workload.inner, warmup=warm, repeats=count
             )
             for name, error in errors.items():
                 failures.append(
@@ -242,6 +243,8 @@ def run_family(
                 "title": workload.title,
                 "unit": workload.unit,
                 "calls_per_sample": workload.inner,
+                "warmup": warm,
+                "repeats": count,
                 "tools": timings,
                 "comparisons": compare(timings, tools),
             }
