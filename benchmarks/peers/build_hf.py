@@ -3,7 +3,7 @@
     build_hf.py llama OUT CORPUS     LlamaForCausalLM, random weights, BPE tokenizer trained on CORPUS
     build_hf.py t5 OUT CORPUS        T5ForConditionalGeneration (t5-small's shape), random weights, Unigram
     build_hf.py optimum-encoder SRC OUT   Optimum's export of SRC + ORTOptimizer O2/O3 + ORTQuantizer int8
-    build_hf.py optimum-t5 SRC OUT        ORTModelForSeq2SeqLM's export of SRC
+    build_hf.py optimum-t5 SRC OUT        ORTModelForSeq2SeqLM's export of SRC, and its int8 (ORTQuantizer)
 
 Nothing is downloaded: every input is a local folder or text file. Sizes are the issue's (Llama: hidden
 512, 8 layers, 8 heads, 2 KV heads, intermediate 1408, vocabulary 32000, context 2048; T5: d_model 512,
@@ -132,24 +132,38 @@ def optimum_t5(src: str, out: Path) -> None:
 
     ORTModelForSeq2SeqLM.from_pretrained(src, export=True).save_pretrained(out)
     AutoTokenizer.from_pretrained(src).save_pretrained(out)
+    # int8: ORTQuantizer dynamic (avx512_vnni) on each of the three graphs, as for the encoder.
+    from optimum.onnxruntime import ORTQuantizer
+    from optimum.onnxruntime.configuration import AutoQuantizationConfig
+
+    int8 = AutoQuantizationConfig.avx512_vnni(is_static=False, per_channel=False)
+    for name in ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx"):
+        ORTQuantizer.from_pretrained(out, file_name=name).quantize(
+            save_dir=out, quantization_config=int8, file_suffix="quantized"
+        )
+
+
+# name -> (builder, whether its first argument is the output folder); the stamp of a build is its function's
+# source (benchmarks/peers/models.py), so changing one recipe rebuilds that model only.
+BUILDS = {
+    "llama": (llama, True),
+    "t5": (t5, True),
+    "optimum-encoder": (optimum_encoder, False),
+    "optimum-t5": (optimum_t5, False),
+}
 
 
 def main(argv: list[str]) -> None:
     what, first, second = argv
-    out = Path(second if what.startswith("optimum") else first)
+    build, out_first = BUILDS[what]
+    out = Path(first if out_first else second)
     partial = out.with_name(out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    if what == "llama":
-        llama(partial, second)
-    elif what == "t5":
-        t5(partial, second)
-    elif what == "optimum-encoder":
-        optimum_encoder(first, partial)
-    elif what == "optimum-t5":
-        optimum_t5(first, partial)
+    if out_first:
+        build(partial, second)
     else:
-        raise SystemExit(f"unknown model {what!r}")
+        build(first, partial)
     shutil.rmtree(out, ignore_errors=True)
     partial.rename(out)
 

@@ -3,6 +3,7 @@
     corpus.txt                 the built-in corpus the random models' tokenizers are trained on
     minilm/<variant>           ours: `onnxformer export` of the real all-MiniLM-L6-v2, then `optimize`
     minilm-optimum/            Optimum's export + model_O2/O3.onnx + model_quantized.onnx (int8)
+    minilm-st-onnx/            links: the sentence-transformers folder + Optimum's files in onnx/
     llama-hf/                  the random-weight LlamaForCausalLM (built in .venv-genai, transformers 5)
     llama/<variant>            ours on it
     genai-fp32|int8|int4/      onnxruntime-genai's model builder on llama-hf
@@ -16,6 +17,7 @@ flow in) and writes `<folder>/.peers-stamp.json` with what it was built from; a 
 """
 
 import hashlib
+import inspect
 import json
 import shutil
 import subprocess
@@ -23,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.peers import build_hf
 from benchmarks.peers.envs import CHECKOUT, ENVS
 from onnxformer.runtime.errors import ConfigError
 
@@ -124,7 +127,8 @@ class Builder:
 
     def hf(self, env: str, what: str, out: Path, *args: str) -> Path:
         python = str(ENVS[env].python)
-        stamp = {"script": hashlib.sha256(BUILD_HF.read_bytes()).hexdigest()[:16], "args": list(args)}
+        recipe = inspect.getsource(build_hf.BUILDS[args[0]][0]).encode()
+        stamp = {"recipe": hashlib.sha256(recipe).hexdigest()[:16], "args": list(args)}
         sources = [Path(a) for a in args if Path(a).is_dir() and Path(a) != out]  # the inputs, not `out`
         stamp["sources"] = [_source_stamp(s) for s in sources]
         return self.step(out, what, stamp, [python, str(BUILD_HF), *args])
@@ -168,7 +172,24 @@ def prepare_encoder(builder: Builder) -> dict:
         str(source),
         str(optimum),
     )
-    return {"source": source, "ours": builder.ours(source, "minilm"), "optimum": optimum}
+    return {
+        "source": source,
+        "ours": builder.ours(source, "minilm"),
+        "optimum": optimum,
+        "st_onnx": _st_onnx_folder(source, optimum, builder.work / "minilm-st-onnx"),
+    }
+
+
+def _st_onnx_folder(source: Path, optimum: Path, out: Path) -> Path:
+    """The sentence-transformers folder with Optimum's ONNX files in onnx/, where its ONNX backend looks
+    (links, remade every run: they cost nothing)."""
+    shutil.rmtree(out, ignore_errors=True)
+    (out / "onnx").mkdir(parents=True)
+    for path in source.iterdir():
+        (out / path.name).symlink_to(path.resolve(), target_is_directory=path.is_dir())
+    for path in optimum.glob("*.onnx"):
+        (out / "onnx" / path.name).symlink_to(path.resolve())
+    return out
 
 
 def prepare_decoder(builder: Builder) -> dict:

@@ -1,5 +1,7 @@
 """Hugging Face Optimum's ORTModel classes (ONNX Runtime) in .venv-optimum: the feature-extraction model
-run the way sentence-transformers' ONNX backend runs it, and ORTModelForSeq2SeqLM.generate."""
+run the way sentence-transformers' ONNX backend runs it, that backend itself (SentenceTransformer with
+backend="onnx" on a sentence-transformers folder holding Optimum's files in onnx/), and
+ORTModelForSeq2SeqLM.generate."""
 
 import numpy as np
 from calls import Call
@@ -8,7 +10,15 @@ from calls import Call
 def versions() -> dict:
     from importlib.metadata import version
 
-    names = ("optimum", "optimum-onnx", "onnxruntime", "transformers", "torch", "tokenizers", "numpy")
+    names = (
+        "optimum",
+        "optimum-onnx",
+        "onnxruntime",
+        "transformers",
+        "sentence-transformers",
+        "torch",
+        "numpy",
+    )
     return {name: version(name) for name in names}
 
 
@@ -29,14 +39,28 @@ class Adapter:
         torch.set_num_threads(threads)  # generate()'s own tensor work
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         options = {"session_options": _session_options(threads), "provider": "CPUExecutionProvider"}
-        if task == "encoder":
+        self.sentence_transformer = None
+        if task == "sentence-transformers":  # its ONNX backend: Optimum's ORTModel inside its own encode
+            from sentence_transformers import SentenceTransformer
+
+            kwargs = {"file_name": file_name, **options}
+            self.sentence_transformer = SentenceTransformer(
+                folder, backend="onnx", device="cpu", model_kwargs=kwargs
+            )
+        elif task == "encoder":
             from optimum.onnxruntime import ORTModelForFeatureExtraction
 
             self.model = ORTModelForFeatureExtraction.from_pretrained(folder, file_name=file_name, **options)
         else:
             from optimum.onnxruntime import ORTModelForSeq2SeqLM
 
-            self.model = ORTModelForSeq2SeqLM.from_pretrained(folder, **options)
+            files = {}
+            if file_name is not None:  # e.g. "quantized": the *_quantized.onnx files
+                files = {
+                    f"{part}_file_name": f"{part}_model_{file_name}.onnx"
+                    for part in ("encoder", "decoder", "decoder_with_past")
+                }
+            self.model = ORTModelForSeq2SeqLM.from_pretrained(folder, **files, **options)
 
     def embed(self, texts: list[str], batch_size: int) -> np.ndarray:
         """sentence-transformers' encode loop: longest texts first, batches of `batch_size`, padded to the
@@ -56,6 +80,10 @@ class Adapter:
         return result
 
     def prepare(self, kind: str, **args) -> Call:
+        if kind == "embed" and self.sentence_transformer is not None:
+            texts, batch_size = args["texts"], args["batch_size"]
+            encode = self.sentence_transformer.encode
+            return Call(lambda: encode(texts, batch_size=batch_size, convert_to_numpy=True))
         if kind == "embed":
             texts, batch_size = args["texts"], args["batch_size"]
             return Call(lambda: self.embed(texts, batch_size))

@@ -82,7 +82,19 @@ def encoder_tools(models: dict) -> list[Tool]:
         "fp32",
         "sentence-transformers SentenceTransformer.encode, PyTorch fp32",
     )
-    return [*_ours(models), torch, *peers]
+    st_onnx = Tool(
+        "sentence-transformers:onnx-O2",
+        "optimum",
+        "optimum",
+        {
+            "folder": str(models["st_onnx"]),
+            "task": "sentence-transformers",
+            "file_name": "onnx/model_O2.onnx",
+        },
+        "fp32",
+        "sentence-transformers encode with backend='onnx' (Optimum's ORTModel) on Optimum's O2 file",
+    )
+    return [*_ours(models), torch, st_onnx, *peers]
 
 
 def decoder_tools(models: dict) -> list[Tool]:
@@ -125,7 +137,15 @@ def seq2seq_tools(models: dict) -> list[Tool]:
         "fp32",
         "Optimum ORTModelForSeq2SeqLM.generate (its export, KV cache)",
     )
-    return [*_ours(models), torch, optimum]
+    optimum_int8 = Tool(
+        "optimum:int8",
+        "optimum",
+        "optimum",
+        {"folder": str(models["optimum"]), "task": "seq2seq", "file_name": "quantized"},
+        "int8",
+        "Optimum ORTModelForSeq2SeqLM.generate on ORTQuantizer dynamic int8 (avx512_vnni) of its export",
+    )
+    return [*_ours(models), torch, optimum, optimum_int8]
 
 
 TOOLS = {"encoder": encoder_tools, "decoder": decoder_tools, "seq2seq": seq2seq_tools}
