@@ -6,6 +6,7 @@ and onnxruntime-genai's model builder needs transformers 5, so they cannot share
 
 import json
 import os
+import select
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,9 @@ from onnxformer.runtime.errors import ConfigError
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).resolve().parent / "worker.py"
+REPLY_TIMEOUT_S = (
+    900  # the longest request (a build-free load, or one timed call of 2,000 sentences) is ~2 min
+)
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,11 @@ class Worker:
             raise WorkerError(f"{self.name}: the worker exited ({self.process.returncode}); see {self.log}")
         self.process.stdin.write(json.dumps({"op": op, **fields}) + "\n")
         self.process.stdin.flush()
+        ready, _, _ = select.select([self.process.stdout], [], [], REPLY_TIMEOUT_S)
+        if not ready:  # a hung tool: stop it, so the run goes on without it
+            self.process.kill()
+            self.process.wait()
+            raise WorkerError(f"{self.name}: no answer to {op!r} in {REPLY_TIMEOUT_S} s; see {self.log}")
         line = self.process.stdout.readline()
         if not line:
             self.process.wait()
