@@ -11,7 +11,6 @@ the best of them.
 """
 
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
+from benchmarks.peers.checks import output_checks
 from benchmarks.peers.envs import ENVS, Worker, WorkerError, env_versions
 from benchmarks.peers.models import PREPARE, Builder
 from benchmarks.peers.workloads import KINDS, TOOLS, WORKLOADS, Tool, Workload
@@ -119,60 +119,6 @@ def compare(timings: dict[str, dict], tools: dict[str, Tool]) -> list[dict]:
     return rows
 
 
-def _embedding_checks(vectors: dict[str, np.ndarray], tools: dict[str, Tool], queries: int = 100) -> dict:
-    """Cosine of each tool's embeddings to sentence-transformers' (PyTorch fp32), and a retrieval check:
-    each of the first `queries` sentences embedded by the tool, searched among the reference embeddings
-    of all sentences; the rank of the same sentence (1 = found first)."""
-    reference = vectors.get("sentence-transformers")
-    if reference is None:
-        return {}
-
-    def unit(x: np.ndarray) -> np.ndarray:
-        return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
-
-    reference = unit(reference)
-    checks = {}
-    for name, value in vectors.items():
-        value = unit(value)
-        cosine = (value * reference).sum(axis=-1)  # (N,)
-        scores = value[:queries] @ reference.T  # (Q, N)
-        own = scores[np.arange(len(scores)), np.arange(len(scores))]  # (Q,)
-        ranks = 1 + (scores > own[:, None]).sum(axis=-1)  # (Q,)
-        checks[name] = {
-            "precision": tools[name].precision,
-            "cosine_to_reference_min": round(float(cosine.min()), 6),
-            "cosine_to_reference_mean": round(float(cosine.mean()), 6),
-            "retrieval_queries": len(ranks),
-            "retrieval_recall_at_1": round(float((ranks == 1).mean()), 3),
-            "retrieval_mean_rank": round(float(ranks.mean()), 3),
-            "retrieval_worst_rank": int(ranks.max()),
-        }
-    return {"reference": "sentence-transformers", "tools": checks}
-
-
-def _token_checks(tokens: dict[str, list[list[int]]], reference: str) -> dict:
-    """Per tool: the rows equal to the reference's tokens, and the mean length of the common prefix."""
-    base = tokens.get(reference)
-    if base is None:
-        return {}
-    checks = {}
-    for name, rows in tokens.items():
-        prefixes = []
-        for row, want in zip(rows, base, strict=False):
-            same = next(
-                (i for i, (a, b) in enumerate(zip(row, want, strict=False)) if a != b),
-                min(len(row), len(want)),
-            )
-            prefixes.append(same)
-        checks[name] = {
-            "new_tokens": [len(row) for row in rows],
-            "rows_equal": sum(row == want for row, want in zip(rows, base, strict=False)),
-            "rows": len(rows),
-            "mean_common_prefix": round(float(np.mean(prefixes)), 1) if prefixes else 0.0,
-        }
-    return {"reference": reference, "tools": checks}
-
-
 def _start(tool: Tool, threads: int, logs: Path, failures: list, family: str) -> Worker | None:
     worker = Worker(
         tool.name, ENVS[tool.env], threads=threads, log=logs / f"{family}-{tool.name.replace(':', '-')}.log"
@@ -249,25 +195,12 @@ def run_family(
                 "comparisons": compare(timings, tools),
             }
             if workload.check:
-                result["checks"] = _checks(workload, {n: workers[n] for n in timings}, tools)
+                result["checks"] = output_checks(workload, {n: workers[n] for n in timings}, tools)
             results.append(result)
     finally:
         for worker in workers.values():
             worker.close()
     return described, results
-
-
-def _checks(workload: Workload, workers: dict[str, Worker], tools: dict[str, Tool]) -> dict:
-    if workload.check == "embeddings":
-        vectors = {}
-        with tempfile.TemporaryDirectory() as tmp:
-            for name, worker in workers.items():
-                path = Path(tmp) / f"{name.replace(':', '-')}.npy"
-                worker.request("output", key=workload.key, path=str(path))
-                vectors[name] = np.load(path)
-        return _embedding_checks(vectors, tools)
-    tokens = {name: worker.request("output", key=workload.key)["output"] for name, worker in workers.items()}
-    return _token_checks(tokens, "transformers")
 
 
 def targets(workloads: list[dict]) -> list[dict]:
