@@ -20,7 +20,8 @@ NODE_HOST ?= hosts/node
 OPTIMUM_VENV ?= .venv-optimum
 OPTIMUM_STAMP := $(OPTIMUM_VENV)/.installed
 
-.PHONY: setup run test test-runtime test-node node-deps optimum-venv lint minilm exported bench clean
+.PHONY: setup run test test-runtime test-node node-deps optimum-venv genai-venv peers-venvs lint minilm exported bench \
+  bench-peers clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -54,6 +55,33 @@ $(OPTIMUM_STAMP): constraints.txt
 	touch $@
 
 optimum-venv: $(OPTIMUM_STAMP)
+
+# `onnxformer bench --peers` (benchmarks/peers/): Optimum's environment above plus sentence-transformers (its
+# ONNX backend), and onnxruntime-genai with what its model builder imports (onnx-ir, torch, transformers).
+# torch stays pinned by constraints.txt in both; no model weights are downloaded.
+PEERS_OPTIMUM_STAMP := $(OPTIMUM_VENV)/.peers-installed
+GENAI_VENV ?= .venv-genai
+GENAI_STAMP := $(GENAI_VENV)/.installed
+
+$(PEERS_OPTIMUM_STAMP): $(OPTIMUM_STAMP)
+	$(OPTIMUM_VENV)/bin/python -m pip install --quiet -c constraints.txt \
+	  "sentence-transformers==5.1.2" "optimum[onnxruntime]==2.1.0" "transformers==4.57.6"
+	touch $@
+
+$(GENAI_STAMP): constraints.txt
+	test -x $(GENAI_VENV)/bin/python || $(PYTHON) -m venv $(GENAI_VENV)
+	$(GENAI_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(GENAI_VENV)/bin/python -m pip install --quiet -c constraints.txt \
+	  "onnxruntime-genai==0.18.0" "onnx-ir" "onnx" "torch" "transformers==5.24.0" "numpy" "sentencepiece"
+	touch $@
+
+genai-venv: $(GENAI_STAMP)
+
+peers-venvs: $(PEERS_OPTIMUM_STAMP) $(GENAI_STAMP)
+
+# The runtime side by side with Optimum, sentence-transformers, onnxruntime-genai and transformers eager.
+bench-peers: $(STAMP) peers-venvs
+	$(BIN)/onnxformer bench --peers --out benchmarks/results/peers.json
 
 test: lint $(RUNTIME_STAMP) $(OPTIMUM_STAMP) node-deps
 	$(MAKE) -C hosts/c PYTHON=$(CURDIR)/$(BIN)/python

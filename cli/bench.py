@@ -32,6 +32,18 @@ def bench_command(
         bool, typer.Option("--accuracy/--no-accuracy", help="Measure int8's cost on the tiny exports.")
     ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result JSON instead of tables.")] = False,
+    peers: Annotated[
+        bool,
+        typer.Option(
+            "--peers",
+            help="Instead: the runtime side by side with Optimum, sentence-transformers, onnxruntime-genai "
+            "and transformers, each in its own environment (make peers-venvs); models in runs/bench-peers.",
+        ),
+    ] = False,
+    family: Annotated[
+        list[str] | None,
+        typer.Option(help="With --peers: only this family (encoder, decoder, seq2seq); repeatable."),
+    ] = None,
 ) -> None:
     """Run every workload (BERT embed 1x16 and 32x128, GPT prefill, decode steps at context 16/256/1024,
     generation of 128 tokens, T5 64 to 64 tokens) with PyTorch eager and with the runtime on the plain,
@@ -43,6 +55,17 @@ def bench_command(
             raise ConfigError("the benchmark lives in the source checkout (benchmarks/); run it from a clone")
         if str(CHECKOUT) not in sys.path:
             sys.path.insert(0, str(CHECKOUT))
+        if peers:
+            work = Path("runs/bench-peers") if work == Path("runs/bench") else work
+            result = _run_peers(work, threads, repeats, warmup, quick, fresh, family)
+            _write(out, result)
+            if as_json:
+                echo_json(result)
+            else:
+                from benchmarks.peers.report import print_peers
+
+                print_peers(console, result)
+            return
         from benchmarks.report import print_tables
         from benchmarks.run import BenchOptions, run_benchmark
 
@@ -57,10 +80,42 @@ def bench_command(
         )
         with console.status("benchmark") as status:
             result = run_benchmark(options, progress=lambda message: status.update(message))
-        if out is not None:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(finite(result), indent=2, allow_nan=False) + "\n")
+        _write(out, result)
     if as_json:
         echo_json(result)
     else:
         print_tables(console, result)
+
+
+def _write(out: Path | None, result: dict) -> None:
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(finite(result), indent=2, allow_nan=False) + "\n")
+
+
+def _run_peers(
+    work: Path,
+    threads: int | None,
+    repeats: int,
+    warmup: int,
+    quick: bool,
+    fresh: bool,
+    family: list[str] | None,
+) -> dict:
+    """`--peers` (benchmarks/peers/run.py): every tool in its own worker process, alternating."""
+    from benchmarks.peers.run import FAMILIES, PeersOptions, run_peers
+
+    unknown = sorted(set(family or ()) - set(FAMILIES))
+    if unknown:
+        raise ConfigError(f"--family takes {', '.join(FAMILIES)}, not {', '.join(unknown)}")
+    options = PeersOptions(
+        work=work,
+        threads=threads or os.cpu_count() or 1,
+        warmup=warmup,
+        repeats=repeats,
+        quick=quick,
+        fresh=fresh,
+        families=tuple(f for f in FAMILIES if f in family) if family else FAMILIES,
+    )
+    with console.status("peers") as status:
+        return run_peers(options, progress=lambda message: status.update(message))

@@ -1,0 +1,83 @@
+"""A peers result as tables: per workload and precision, each tool's median and our ratio to the best peer."""
+
+from rich.table import Table
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def comparison_rows(result: dict) -> list[list[str]]:
+    """[workload, precision, unit, ours, its ms, best peer, its ms, ratio, every peer: ms (ratio)]."""
+    rows = []
+    for workload in result["workloads"]:
+        for row in workload["comparisons"]:
+            peers = ", ".join(
+                f"{peer} {workload['tools'][peer]['median_ms']:.2f} ({ratio:.2f}x)"
+                for peer, ratio in sorted(row["ratios"].items(), key=lambda item: -item[1])
+            )
+            ratio = "-" if row["ratio_vs_best"] is None else f"{row['ratio_vs_best']:.2f}x"
+            rows.append(
+                [
+                    workload["title"],
+                    row["precision"],
+                    workload["unit"],
+                    row["ours"],
+                    _ms(row["ours_median_ms"]),
+                    row["best_peer"] or "(no peer)",
+                    _ms(row["best_peer_median_ms"]),
+                    ratio,
+                    peers,
+                ]
+            )
+    return rows
+
+
+HEADER = ["workload", "precision", "unit", "ours", "ms", "best peer", "ms", "ours x", "peers: ms (ours x)"]
+
+
+def check_rows(result: dict) -> list[list[str]]:
+    rows = []
+    for workload in result["workloads"]:
+        checks = workload.get("checks") or {}
+        for name, check in checks.get("tools", {}).items():
+            if "cosine_to_reference_min" in check:
+                text = (
+                    f"cosine to {checks['reference']}: min {check['cosine_to_reference_min']:.5f}, mean "
+                    f"{check['cosine_to_reference_mean']:.5f}; {check['retrieval_queries']} queries: "
+                    f"recall@1 {check['retrieval_recall_at_1']:.2f}, "
+                    f"worst rank {check['retrieval_worst_rank']}"
+                )
+            else:
+                text = (
+                    f"{check['rows_equal']}/{check['rows']} rows equal to {checks['reference']}'s tokens, "
+                    f"common prefix {check['mean_common_prefix']} of {max(check['new_tokens'], default=0)}"
+                )
+            rows.append([workload["title"], name, text])
+    return rows
+
+
+def print_peers(console, result: dict) -> None:
+    machine = result["machine"]
+    console.print(
+        f"{machine['cpu']}, {machine['logical_cpus']} logical CPUs, threads {result['settings']['threads']} "
+        f"for every tool; timing took {result['settings']['timing_s']} s"
+    )
+    table = Table(*HEADER, title="ours against the peers (peer median / our median: above 1, ours is faster)")
+    for row in comparison_rows(result):
+        table.add_row(*row)
+    console.print(table)
+    checks = Table("workload", "tool", "check", title="outputs")
+    for row in check_rows(result):
+        checks.add_row(*row)
+    console.print(checks)
+    targets = result["targets"]
+    met = sum(t["met"] is True for t in targets)
+    missed = sum(t["met"] is False for t in targets)
+    aim = sum(t["aim_met"] is True for t in targets)
+    console.print(
+        f"targets: {met} met, {missed} missed (ours >= 1.0x the best peer of its precision), {aim} at 1.2x"
+    )
+    for failure in result["failures"]:
+        where = failure.get("workload") or failure["stage"]
+        console.print(f"[red]{failure['family']} {failure['tool']} ({where}): {failure['error']}[/red]")

@@ -1,0 +1,40 @@
+"""Our runtime, through its public API only (`onnxformer.runtime.load`), in the project's .venv."""
+
+from calls import Call, TimedSteps
+
+
+def versions() -> dict:
+    from importlib.metadata import version
+
+    return {name: version(name) for name in ("onnxformer", "onnxruntime", "numpy", "tokenizers")}
+
+
+class Adapter:
+    def __init__(self, *, folder: str, threads: int) -> None:
+        from onnxformer.runtime import load
+
+        self.model = load(folder, device="cpu", threads=threads)
+
+    def prepare(self, kind: str, **args) -> Call:
+        model = self.model
+        if kind == "embed":
+            texts, batch_size = args["texts"], args["batch_size"]
+            return Call(lambda: model.embed(texts, batch_size=batch_size, normalize=True))
+        if kind in ("prefill", "decode"):
+            ids, steps = args["ids"], args.get("steps", 0)
+
+            def run():
+                loop = model.steps(ids, max_new_tokens=steps + 1, temperature=0, stop_tokens=[])
+                next(loop)  # the prefill (timed alone in "prefill")
+                yield kind == "prefill"
+                for _ in range(steps):
+                    next(loop)
+                    yield True
+                loop.close()
+
+            return TimedSteps(run)
+        if kind in ("generate", "seq2seq"):
+            ids, new = args["ids"], args["new"]
+            options = {"max_new_tokens": new, "temperature": 0, "stop_tokens": []}
+            return Call(lambda: [g.tokens for g in model.generate_ids(ids, **options)])
+        raise ValueError(f"our runtime has no {kind!r} workload")
