@@ -237,8 +237,8 @@ def optimize_export(
     if in_place:
         cache = dataclasses.replace(cache, layout=IN_PLACE_LAYOUT)
         manifest = dataclasses.replace(manifest, kv_cache=cache)
-    optimized = {}
-    for path in graphs:
+
+    def optimized_graph(path: str, *, fp32_inputs: int | None = None) -> bytes:
         model = optimize_graph(
             onnx.load_from_string(originals[path]),
             num_heads=config["n_heads"],
@@ -246,10 +246,13 @@ def optimize_export(
             fuse=fuse,
             quantize=quantize,
             cache=cache if in_place and path == manifest.graphs.get("decoder") else None,
+            fp32_inputs=fp32_inputs,
             max_positions=config.get("max_len"),
         )
-        optimized[path] = model.SerializeToString()
         _check_interface(path, manifest.file(path), model)
+        return model.SerializeToString()
+
+    optimized = {path: optimized_graph(path) for path in graphs}
     agreement = compare_graphs(source, originals, optimized, manifest)
     kept_fp32: list[str] = []
     for role, output in main_outputs.items():
@@ -258,18 +261,8 @@ def optimize_export(
             continue
         # The FFN's output projections read the widest activations, whose outliers one int8 scale per
         # tensor cannot hold: quantize everything else, and keep those in float32.
-        model = optimize_graph(
-            onnx.load_from_string(originals[path]),
-            num_heads=config["n_heads"],
-            hidden_size=config["d_model"],
-            fuse=fuse,
-            quantize=quantize,
-            cache=cache if in_place and path == manifest.graphs.get("decoder") else None,
-            fp32_inputs=config["d_ff"],
-            max_positions=config.get("max_len"),
-        )
+        optimized[path] = optimized_graph(path, fp32_inputs=config["d_ff"])
         logger.info("%s: int8 missed cosine %.4f; FFN output projections kept in float32", path, min_cosine)
-        optimized[path] = model.SerializeToString()
         agreement.update(compare_graphs(source, {path: originals[path]}, {path: optimized[path]}, manifest))
         kept_fp32.append(path)
     for role, output in main_outputs.items():
