@@ -141,7 +141,15 @@ def test_export_commands_through_the_entry_point(tiny_checkpoints, tmp_path: Pat
     command = str(ENTRY) if ENTRY.exists() else shutil.which("onnxformer")
     runs = [
         ["export-blocks", "--out", str(tmp_path / "blocks"), "--block", "ffn.relu", "--json"],
-        ["export", str(tiny_checkpoints["bert"]), "--out", str(tmp_path / "bert"), "--no-blocks", "--json"],
+        [
+            "export",
+            str(tiny_checkpoints["bert"]),
+            "--out",
+            str(tmp_path / "bert"),
+            "--no-blocks",
+            "--no-attentions",
+            "--json",
+        ],
     ]
     for args in runs:
         result = subprocess.run([command, *args], capture_output=True, text=True, check=False)
