@@ -18,6 +18,7 @@ import numpy as np
 from onnxformer.runtime.errors import InputError
 from onnxformer.runtime.manifest import GenerationDefaults, KVCache
 from onnxformer.runtime.sampling import Sampler, SamplingConfig
+from onnxformer.runtime.session import BoundCache
 
 Feeds = dict[str, np.ndarray]
 # (ids (B, T), mask (B, P + T), cache feeds) -> (logits at the last position (B, V), cache for the next step)
@@ -80,11 +81,9 @@ class CacheLayout:
         """Past and present are one buffer written in place (manifest layout `max_sequence`)."""
         return self.spec.in_place
 
-    def bind(self, session, batch: int, length: int, outputs: list[str]):
+    def bind(self, session, batch: int, length: int, outputs: list[str]) -> BoundCache:
         """An in-place cache for `length` positions on `session` (a `BoundCache`, whose `run` also
         returns `outputs`)."""
-        from onnxformer.runtime.session import BoundCache
-
         shape = (batch, self.spec.kv_heads, length, self.spec.head_dim)
         pairs = list(zip(self.past_names(), self.present_names(), strict=True))
         return BoundCache(session, pairs, shape, outputs)
@@ -93,8 +92,6 @@ class CacheLayout:
 def with_room(feeds: Feeds, spec: KVCache, new: int) -> Feeds:
     """Concat-layout feeds (past (B, H, P, Dh)) for an in-place graph: each past followed by `new` empty
     positions, the buffer the graph writes the step's keys and values into."""
-    if not spec.in_place:
-        return feeds
     padded = dict(feeds)
     for name in spec.past_names():
         past = feeds[name]

@@ -62,11 +62,16 @@ class Session:
         try:
             return self.session.run(outputs, feeds)
         except Exception as error:  # ONNX Runtime's own errors are untyped
-            first = str(error).splitlines()[0] if str(error) else type(error).__name__
-            raise InferenceError(
-                f"ONNX Runtime could not run the graph ({first}); the inputs do not fit it or the model "
-                "file is damaged: check the export with `onnxformer verify DIR`"
-            ) from error
+            raise _inference_error(error, "") from error
+
+
+def _inference_error(error: Exception, how: str) -> InferenceError:
+    """ONNX Runtime's untyped failure to run a graph (`how`: "" or " with ..."), as the user's error."""
+    first = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return InferenceError(
+        f"ONNX Runtime could not run the graph{how} ({first}); the inputs do not fit it or the model "
+        "file is damaged: check the export with `onnxformer verify DIR`"
+    )
 
 
 class BoundCache:
@@ -103,11 +108,7 @@ class BoundCache:
             self.session.session.run_with_iobinding(self.binding)
             return [value.numpy() for value in self.binding.get_outputs()[: len(self.outputs)]]
         except Exception as error:  # ONNX Runtime's own errors are untyped
-            first = str(error).splitlines()[0] if str(error) else type(error).__name__
-            raise InferenceError(
-                f"ONNX Runtime could not run the graph with its cache bound in place ({first}); check the "
-                "export with `onnxformer verify DIR`"
-            ) from error
+            raise _inference_error(error, " with its cache bound in place") from error
 
 
 def max_threads() -> int:

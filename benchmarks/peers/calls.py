@@ -33,3 +33,22 @@ class TimedSteps(Call):
                 timed.append(now - start)
             start = time.perf_counter()
         return sum(timed) / len(timed) * 1e3
+
+
+def greedy_tokens(model, ids: list[list[int]], new: int) -> list[list[int]]:
+    """`model.generate` (transformers or Optimum) of exactly `new` greedy tokens per row of `ids` (rows of
+    equal length): the new tokens only, without the prompt or the decoder start token."""
+    import torch
+
+    prompt = torch.tensor(ids, dtype=torch.long)  # (B, T)
+    with torch.inference_mode():
+        out = model.generate(
+            input_ids=prompt,
+            attention_mask=torch.ones_like(prompt),
+            min_new_tokens=new,
+            max_new_tokens=new,
+            do_sample=False,
+            num_beams=1,
+        )
+    start = 1 if model.config.is_encoder_decoder else prompt.shape[1]  # the decoder start / the prompt
+    return [row[start:].tolist() for row in out]

@@ -33,9 +33,10 @@ class Env:
 
     def check(self) -> None:
         if not self.python.is_file() or not (CHECKOUT / self.venv / self.stamp).is_file():
+            every = "" if self.target == "peers-venvs" else " (or `make peers-venvs` for all of them)"
             raise ConfigError(
                 f"the peers' environment {self.venv} ({self.what}) is missing or incomplete; build it with "
-                f"`make {self.target}` (or `make peers-venvs` for all of them), then run again"
+                f"`make {self.target}`{every}, then run again"
             )
 
 

@@ -4,7 +4,7 @@ backend="onnx" on a sentence-transformers folder holding Optimum's files in onnx
 ORTModelForSeq2SeqLM.generate."""
 
 import numpy as np
-from calls import Call
+from calls import Call, greedy_tokens
 
 
 def versions() -> dict:
@@ -88,22 +88,6 @@ class Adapter:
             texts, batch_size = args["texts"], args["batch_size"]
             return Call(lambda: self.embed(texts, batch_size))
         if kind == "seq2seq":
-            import torch
-
-            ids = torch.tensor(args["ids"], dtype=torch.long)  # (B, S), rows of equal length
-            new = args["new"]
-
-            def run():
-                with torch.inference_mode():
-                    out = self.model.generate(
-                        input_ids=ids,
-                        attention_mask=torch.ones_like(ids),
-                        min_new_tokens=new,
-                        max_new_tokens=new,
-                        do_sample=False,
-                        num_beams=1,
-                    )
-                return [row[1:].tolist() for row in out]  # without the decoder start token
-
-            return Call(run)
+            ids, new = args["ids"], args["new"]  # rows of equal length
+            return Call(lambda: greedy_tokens(self.model, ids, new))
         raise ValueError(f"Optimum's adapter has no {kind!r} workload")

@@ -1,7 +1,7 @@
 """PyTorch baselines: sentence-transformers' encode, transformers' LlamaForCausalLM and
 T5ForConditionalGeneration (eager mode, transformers' default attention), in the project's .venv."""
 
-from calls import Call, TimedSteps
+from calls import Call, TimedSteps, greedy_tokens
 
 
 def versions() -> dict:
@@ -30,21 +30,6 @@ class Adapter:
 
             self.model = T5ForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).eval()
 
-    def _generate(self, ids, new: int) -> list[list[int]]:
-        torch = self.torch
-        ids = torch.tensor(ids, dtype=torch.long)  # (B, T), rows of equal length
-        with torch.inference_mode():
-            out = self.model.generate(
-                input_ids=ids,
-                attention_mask=torch.ones_like(ids),
-                min_new_tokens=new,
-                max_new_tokens=new,
-                do_sample=False,
-                num_beams=1,
-            )
-        start = 1 if self.model.config.is_encoder_decoder else ids.shape[1]  # the decoder start / the prompt
-        return [row[start:].tolist() for row in out]
-
     def prepare(self, kind: str, **args) -> Call:
         torch = self.torch
         if kind == "embed":
@@ -65,5 +50,5 @@ class Adapter:
             return TimedSteps(run)
         if kind in ("generate", "seq2seq"):
             ids, new = args["ids"], args["new"]
-            return Call(lambda: self._generate(ids, new))
+            return Call(lambda: greedy_tokens(self.model, ids, new))
         raise ValueError(f"the PyTorch adapter has no {kind!r} workload")

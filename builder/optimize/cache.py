@@ -173,8 +173,7 @@ class _Builder:
     def __init__(self, g: GraphView, *, ids: str, mask: str, kv_heads: int, head_dim: int) -> None:
         self.g = g
         self.nodes: list[onnx.NodeProto] = []
-        merge = g.add_initializer(np.array([0, 0, -1], np.int64), "merge_shape")
-        self.merge_shape = merge
+        self.merge_shape = g.add_initializer(np.array([0, 0, -1], np.int64), "merge_shape")
         one = g.add_initializer(np.array([1], np.int64), "one")
         scalar = g.add_initializer(np.zeros(0, np.int64), "scalar_shape")
         total = self.add("Shape", [mask], "total_length", start=1, end=2)  # [P + T]
