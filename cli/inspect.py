@@ -127,7 +127,7 @@ def _files_table(report: dict[str, Any]) -> None:
     table = _table("files (parity: the output closest to its limit)")
     table.add_column("file", no_wrap=True)
     table.add_column("role (kind)", no_wrap=True)
-    for column in ("size", "worst diff", "limit"):
+    for column in ("size", "worst error", "of limit"):
         table.add_column(column, justify="right", no_wrap=True)
     if checks:
         table.add_column("check", no_wrap=True)
@@ -138,8 +138,8 @@ def _files_table(report: dict[str, Any]) -> None:
         parity = entry["parity"]
         row = [entry["path"], _role(entry), _size(entry["size"])]
         if parity:
-            name = max(parity["allowed"], key=lambda n: parity["max_abs_diff"][n] / parity["allowed"][n])
-            row += [f"{parity['max_abs_diff'][name]:.1e}", f"{parity['allowed'][name]:.1e}"]
+            name = max(parity["used"], key=lambda n: parity["used"][n])
+            row += [f"{parity['error'][name]:.1e}", f"{parity['used'][name]:.0%}"]
         else:
             row += ["-", "-"]
         if checks:
@@ -182,23 +182,29 @@ def _parity_table(files: list[dict[str, Any]]) -> None:
     files = [entry for entry in files if entry["parity"]]
     if not files:
         return
-    table = _table("parity to PyTorch, recorded at export")
+    table = _table("parity to PyTorch, recorded at export (error: distance to the reference answer)")
     table.add_column("output", no_wrap=True)
-    for column in ("max abs diff", "max |torch|", "limit"):
+    for column in ("error", "PyTorch fp32", "max |torch|", "of limit"):
         table.add_column(column, justify="right", no_wrap=True)
     limits: dict[str, list[str]] = {}
     for entry in files:
         parity = entry["parity"]
-        table.add_row(f"[bold]{escape(entry['path'])}[/] ({parity['cases']} cases)", "", "", "")
-        for name, diff in parity["max_abs_diff"].items():
+        table.add_row(f"[bold]{escape(entry['path'])}[/] ({parity['cases']} cases)", "", "", "", "")
+        for name, error in parity["error"].items():
             value = parity["max_abs_value"].get(name)
             magnitude = "-" if value is None else f"{value:.3g}"
-            table.add_row(f"  {escape(name)}", f"{diff:.2e}", magnitude, f"{parity['allowed'][name]:.2e}")
+            own = parity["torch_error"].get(name)
+            table.add_row(
+                f"  {escape(name)}",
+                f"{error:.2e}",
+                "-" if own is None else f"{own:.2e}",
+                magnitude,
+                f"{parity['used'][name]:.0%}",
+            )
         table.add_section()
-        limit = f"tolerance {parity['tolerance']:g}, rtol {parity['rtol']:g}"
-        limits.setdefault(limit, []).append(entry["path"])
+        limits.setdefault(f"{parity['reference']} reference: {parity['rule']}", []).append(entry["path"])
     groups = "; ".join(f"{limit} for {', '.join(paths)}" for limit, paths in limits.items())
-    table.caption = escape(f"limit = tolerance + rtol x max |torch|: {groups}")
+    table.caption = escape(groups)
     console.print(table)
 
 

@@ -49,7 +49,13 @@ def verify_command(
         if parity is not None:
             for name, diff in parity.max_abs_diff.items():
                 scale = parity.max_abs_value.get(name, 0.0)
-                outputs[name] = {"max_abs_diff": diff, "max_rel_diff": diff / scale if scale else None}
+                outputs[name] = {
+                    "max_abs_diff": diff,
+                    "max_rel_diff": diff / scale if scale else None,
+                    # float64-reference exports: the distance to the exact answer, and PyTorch fp32's own
+                    "error": parity.error.get(name),
+                    "torch_error": parity.torch_error.get(name),
+                }
         rows.append(
             {"path": result.entry.path, "ok": result.ok, "problem": result.problem, "outputs": outputs}
         )
@@ -79,7 +85,7 @@ def verify_command(
 def _files_table(title: str, rows: list[dict], goldens_listed: set[str]) -> Table:
     """One row per file and output; the golden files, often hundreds, folded into one row."""
     table = Table(title=title)
-    for column in ("file", "sha256 + load", "output", "max abs diff", "max rel diff"):
+    for column in ("file", "sha256 + load", "output", "max abs diff", "max rel diff", "to float64"):
         table.add_column(column, overflow="fold")
     golden_rows = [row for row in rows if row["path"] in goldens_listed]
     if golden_rows:
@@ -94,7 +100,7 @@ def _files_table(title: str, rows: list[dict], goldens_listed: set[str]) -> Tabl
     for row in rows:
         status = "[green]ok[/]" if row["ok"] else f"[red]{row['problem']}[/]"
         if not row["outputs"]:
-            table.add_row(row["path"], status, "-", "-", "-")
+            table.add_row(row["path"], status, "-", "-", "-", "-")
         for index, (name, figures) in enumerate(row["outputs"].items()):
             rel = figures["max_rel_diff"]
             table.add_row(
@@ -103,6 +109,7 @@ def _files_table(title: str, rows: list[dict], goldens_listed: set[str]) -> Tabl
                 name,
                 f"{figures['max_abs_diff']:.1e}",
                 "-" if rel is None else f"{rel:.1e}",
+                "-" if figures["error"] is None else f"{figures['error']:.1e}",
             )
     return table
 

@@ -40,12 +40,5 @@ def _check_file(folder: ExportFolder, entry: FileEntry) -> FileCheck:
     ):
         if promised != actual:
             return FileCheck(entry, f"{entry.path} {what} are {actual}, manifest says {promised}")
-    parity = entry.parity
-    if parity is not None:
-        for name, diff in parity.max_abs_diff.items():
-            allowed = parity.allowed(name)
-            if diff > allowed:
-                return FileCheck(
-                    entry, f"recorded parity of {name}, {diff:.2e}, exceeds the allowed {allowed:.2e}"
-                )
-    return FileCheck(entry, None)
+    problem = None if entry.parity is None else entry.parity.problem()
+    return FileCheck(entry, problem)

@@ -93,18 +93,26 @@ def allowance(golden: np.ndarray, atol: float, rtol: float) -> float:
     return allowed_difference(atol, rtol, float(np.max(np.abs(golden))) if golden.size else 0.0)
 
 
+def case_allowance(loaded: LoadedCase, index: int) -> float:
+    """What output `index` of a loaded case may differ from its golden by: the case's own allowance
+    (float64-reference exports), else the graph's atol + rtol * max |golden|."""
+    want = loaded.expected[loaded.case.outputs[index]]
+    scale = float(np.max(np.abs(want))) if want.size else 0.0
+    return loaded.case.allowance(index, loaded.graph.atol, loaded.graph.rtol, scale)
+
+
 def compare(loaded: LoadedCase, got: dict[str, np.ndarray]) -> GoldenResult:
-    """`got` (output name -> array) against the goldens of one case, with the graph's atol and rtol."""
+    """`got` (output name -> array) against the goldens of one case, with the case's allowances."""
     graph, case = loaded.graph, loaded.case
     worst, worst_allowed = 0.0, graph.atol
-    for name, want in loaded.expected.items():
+    for index, (name, want) in enumerate(loaded.expected.items()):
         have = got.get(name)
         if have is None:
             return GoldenResult(graph.file, case.label, f"output {name} is missing")
         if have.shape != want.shape:
             return GoldenResult(graph.file, case.label, f"{name} has shape {have.shape}, golden {want.shape}")
         diff = float(np.max(np.abs(have.astype(np.float64) - want))) if want.size else 0.0
-        allowed = allowance(want, graph.atol, graph.rtol)
+        allowed = case_allowance(loaded, index)
         if not np.isfinite(diff) or diff > allowed:
             return GoldenResult(
                 graph.file, case.label, f"{name} differs by {diff:.3g} (allowed {allowed:.3g})", diff, allowed

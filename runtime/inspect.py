@@ -118,18 +118,34 @@ def _tensor(spec: TensorSpec) -> dict[str, Any]:
 
 
 def _parity(entry: FileEntry) -> dict[str, Any]:
+    """The recorded parity under the export's own rule (the one `check_export` applies): `error` is the
+    distance to the reference, `used` the share of the allowance it took (<= 1 passes)."""
     parity = entry.parity
-    # The same limit `check_export` applies: tolerance plus rtol per unit of the output's magnitude.
-    allowed = {name: parity.allowed(name) for name in parity.max_abs_diff}
+    if parity.reference == "float64":
+        error, used = dict(parity.error), dict(parity.used)
+        rule = f"error <= {parity.factor:g} x PyTorch fp32's error + {parity.floor:.2g} x max |output|"
+    else:
+        error = dict(parity.max_abs_diff)
+        used = {
+            name: diff / parity.allowed(name) if parity.allowed(name) else float(diff > 0)
+            for name, diff in error.items()
+        }
+        rule = f"diff to PyTorch fp32 <= {parity.tolerance:g} + {parity.rtol:g} x max |output|"
     return {
+        "reference": parity.reference,
+        "rule": rule,
         "tolerance": parity.tolerance,
         "rtol": parity.rtol,
+        "factor": parity.factor,
+        "floor": parity.floor,
         "cases": parity.cases,
         "shapes": list(parity.shapes),
         "max_abs_diff": dict(parity.max_abs_diff),
         "max_abs_value": dict(parity.max_abs_value),
-        "allowed": allowed,
-        "within_tolerance": all(parity.max_abs_diff[name] <= allowed[name] for name in allowed),
+        "error": error,
+        "torch_error": dict(parity.torch_error),
+        "used": used,
+        "within_tolerance": parity.problem() is None,
     }
 
 

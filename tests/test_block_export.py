@@ -10,7 +10,14 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from onnxformer.builder.export import BlockDims, block_catalog, build_block, export_block, export_blocks
+from onnxformer.builder.export import (
+    BlockDims,
+    ParityRule,
+    block_catalog,
+    build_block,
+    export_block,
+    export_blocks,
+)
 from onnxformer.builder.export.samples import TRACE_CASE, Case, make_inputs, parity_cases
 from onnxformer.runtime.errors import ExportError, ParityError
 from onnxformer.runtime.folder import ExportFolder, sha256_bytes
@@ -121,8 +128,8 @@ def test_onnx_file_matches_pytorch_at_unseen_shape(blocks_export: Path, spec) ->
 
 def test_parity_miss_is_fatal_and_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "strict"
-    with pytest.raises(ParityError, match=r"differs from PyTorch by .*\(tolerance 0\)"):
-        export_blocks(out, names=["ffn.gelu"], tolerance=0.0)
+    with pytest.raises(ParityError, match=r"from the float64 answer .*\(allowed 0 = 0 x"):
+        export_blocks(out, names=["ffn.gelu"], rule=ParityRule(factor=0.0, floor=0.0))
     assert not out.exists()
     assert list(tmp_path.iterdir()) == []  # no temporary folder left behind
 

@@ -11,6 +11,7 @@ import torch
 from typer.testing import CliRunner
 
 from onnxformer.builder.export.models import export_checkpoint
+from onnxformer.builder.export.parity import ParityRule
 from onnxformer.builder.training import CheckpointError, load_checkpoint
 from onnxformer.cli.main import app
 from onnxformer.runtime.check import check_export
@@ -50,9 +51,13 @@ def test_every_graph_recorded_parity_and_explains_itself(model_exports: dict[str
         if entry.kind in ("tokenizer", "golden"):
             continue
         parity = entry.parity
-        print(f"{family}/{entry.path}: {parity.cases} cases, max abs diff {parity.max_abs_diff}")
-        for name, diff in parity.max_abs_diff.items():
-            assert diff <= parity.tolerance + parity.rtol * parity.max_abs_value.get(name, 0.0)
+        print(
+            f"{family}/{entry.path}: {parity.cases} cases, to float64 {parity.error}, PyTorch fp32's own "
+            f"{parity.torch_error}, share of the allowance {parity.used}"
+        )
+        assert parity.reference == "float64" and parity.problem() is None
+        assert set(parity.error) == set(parity.torch_error) == set(parity.used) == set(parity.max_abs_diff)
+        assert all(0.0 <= share <= 1.0 for share in parity.used.values())
         model = onnx.load_from_string(folder.read(entry.path))
         metadata = {prop.key: prop.value for prop in model.metadata_props}
         assert metadata["onnxformer.family"] == family
@@ -97,9 +102,13 @@ def test_gpt_decoder_matches_pytorch_at_an_unseen_shape(model_exports, tiny_chec
 
 def test_parity_miss_is_fatal(tiny_checkpoints, tmp_path: Path) -> None:
     out = tmp_path / "strict"
-    with pytest.raises(ParityError, match="differs from PyTorch"):
+    with pytest.raises(ParityError, match="from the float64 answer"):
         export_checkpoint(
-            tiny_checkpoints["bert"], out, tolerance=0.0, rtol=0.0, blocks=False, attentions=False
+            tiny_checkpoints["bert"],
+            out,
+            rule=ParityRule(factor=0.0, floor=0.0),
+            blocks=False,
+            attentions=False,
         )
     assert not out.exists()
 

@@ -4,15 +4,15 @@ the block catalogue (blocks.py) and whole models (models.py, driven by the famil
 from onnxformer.builder.export.blocks import build_block, export_block, export_blocks, select_blocks
 from onnxformer.builder.export.catalog import BlockDims, BlockSpec, block_catalog
 from onnxformer.builder.export.graph import DEFAULT_OPSET, export_graph
-from onnxformer.builder.export.parity import DEFAULT_TOLERANCE
+from onnxformer.builder.export.parity import ParityRule
 from onnxformer.builder.export.pipeline import GraphSpec, export_one
 
 __all__ = [
     "DEFAULT_OPSET",
-    "DEFAULT_TOLERANCE",
     "BlockDims",
     "BlockSpec",
     "GraphSpec",
+    "ParityRule",
     "block_catalog",
     "build_block",
     "export_block",

@@ -18,7 +18,7 @@ from onnxformer.builder.export.catalog import BlockDims, BlockSpec, block_catalo
 from onnxformer.builder.export.folder import write_export_folder
 from onnxformer.builder.export.goldens import block_golden_labels
 from onnxformer.builder.export.graph import DEFAULT_OPSET, check_opset
-from onnxformer.builder.export.parity import DEFAULT_TOLERANCE
+from onnxformer.builder.export.parity import ParityRule
 from onnxformer.builder.export.pipeline import Exported, GraphSpec, export_one
 from onnxformer.builder.export.samples import TRACE_CASE, block_cases, dim_names, make_inputs, parity_cases
 from onnxformer.builder.layers import RMSNorm
@@ -84,7 +84,7 @@ def export_block_with_goldens(
     dims: BlockDims = BlockDims(),  # noqa: B008 - frozen dataclass, immutable default
     module: torch.nn.Module | None = None,
     opset: int = DEFAULT_OPSET,
-    tolerance: float = DEFAULT_TOLERANCE,
+    rule: ParityRule = ParityRule(),  # noqa: B008 (frozen)
     seed: int = 0,
     metadata: dict[str, object] | None = None,
 ) -> Exported:
@@ -95,7 +95,7 @@ def export_block_with_goldens(
     if module is None:
         module = build_block(spec, dims=dims, seed=seed)
     graph = block_graph(spec, dims=dims, opset=opset, seed=seed, metadata=metadata)
-    return export_one(graph, module, opset=opset, tolerance=tolerance)
+    return export_one(graph, module, opset=opset, rule=rule)
 
 
 def export_block(spec: BlockSpec, **options) -> tuple[bytes, FileEntry]:
@@ -111,7 +111,7 @@ def export_blocks(
     names: Sequence[str] | None = None,
     dims: BlockDims = BlockDims(),  # noqa: B008 - frozen dataclass, immutable default
     opset: int = DEFAULT_OPSET,
-    tolerance: float = DEFAULT_TOLERANCE,
+    rule: ParityRule = ParityRule(),  # noqa: B008 (frozen)
     seed: int = 0,
     progress: Progress | None = None,
 ) -> Manifest:
@@ -124,7 +124,7 @@ def export_blocks(
     for index, spec in enumerate(specs):
         if progress is not None:
             progress(spec.name, index, len(specs))
-        exported = export_block_with_goldens(spec, dims=dims, opset=opset, tolerance=tolerance, seed=seed)
+        exported = export_block_with_goldens(spec, dims=dims, opset=opset, rule=rule, seed=seed)
         files |= exported.files
         entries += exported.entries
         graphs.append(exported.goldens)

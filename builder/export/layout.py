@@ -49,7 +49,7 @@ from torch import nn
 
 from onnxformer.builder.export.folder import write_export_folder
 from onnxformer.builder.export.graph import io_specs
-from onnxformer.builder.export.parity import MODEL_RTOL, MODEL_TOLERANCE, Cases
+from onnxformer.builder.export.parity import Cases
 from onnxformer.builder.export.pipeline import GraphSpec, export_one
 from onnxformer.builder.export.recipes.base import (
     TRACE_BATCH,
@@ -332,6 +332,4 @@ def _merged_decoder(manifest: Manifest, source: Path, layout: str):
         cases=lambda: _merged_cases(model, torch.Generator().manual_seed(0)),
         metadata={"onnxformer.family": str(manifest.family), "onnxformer.role": "decoder", "layout": layout},
     )
-    return export_one(
-        spec, MergedDecoder(model), opset=manifest.opset, tolerance=MODEL_TOLERANCE, rtol=MODEL_RTOL
-    )
+    return export_one(spec, MergedDecoder(model), opset=manifest.opset)

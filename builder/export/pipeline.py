@@ -3,7 +3,7 @@
 trace (dynamo, onnx.checker) -> load in ONNX Runtime -> parity against PyTorch at shapes other than
 the trace shapes -> goldens (the chosen parity cases) -> manifest entry (sha256, IO specs, parity)
 
-exported = export_one(spec, module, opset=18, tolerance=1e-5)
+exported = export_one(spec, module, opset=18)
 exported.files    # path -> bytes: the graph and its goldens
 exported.entries  # their manifest entries
 exported.goldens  # the graph's record in the manifest's goldens section
@@ -25,7 +25,7 @@ from onnxformer.builder.export.external import (
 )
 from onnxformer.builder.export.goldens import GoldenRecorder, golden_entries
 from onnxformer.builder.export.graph import DEFAULT_OPSET, check_graph, export_graph, io_specs
-from onnxformer.builder.export.parity import Cases, measure_parity
+from onnxformer.builder.export.parity import Cases, ParityRule, measure_parity
 from onnxformer.runtime.errors import ExportError
 from onnxformer.runtime.folder import sha256_bytes
 from onnxformer.runtime.manifest import FileEntry, GoldenGraph, Parity
@@ -61,8 +61,7 @@ def export_one(
     module: nn.Module,
     *,
     opset: int = DEFAULT_OPSET,
-    tolerance: float,
-    rtol: float = 0.0,
+    rule: ParityRule = ParityRule(),  # noqa: B008 (frozen)
     external_data: bool | None = None,
 ) -> Exported:
     """Export `module` as `spec` describes and prove it; a parity miss raises `ParityError`.
@@ -99,8 +98,7 @@ def export_one(
         spec.cases(),
         input_names=list(spec.dim_names),
         output_names=spec.output_names,
-        tolerance=tolerance,
-        rtol=rtol,
+        rule=rule,
         record=recorder,
     )
     inputs, outputs = io_specs(model)
@@ -124,7 +122,11 @@ def export_one(
 
 
 def reprove(
-    spec: GraphSpec, module: nn.Module, data: bytes, *, tolerance: float, rtol: float = 0.0
+    spec: GraphSpec,
+    module: nn.Module,
+    data: bytes,
+    *,
+    rule: ParityRule = ParityRule(),  # noqa: B008 (frozen)
 ) -> Parity:
     """Parity of an already exported graph (its bytes) against `module`, on the spec's cases."""
     session = create_session(data, device="cpu")
@@ -135,6 +137,5 @@ def reprove(
         spec.cases(),
         input_names=list(spec.dim_names),
         output_names=spec.output_names,
-        tolerance=tolerance,
-        rtol=rtol,
+        rule=rule,
     )

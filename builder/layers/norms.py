@@ -29,7 +29,9 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., D) -> (..., D)."""
-        wide = x.float()  # (..., D)
+        # Half precision is widened to fp32 for the mean square; fp32 and float64 (the parity reference)
+        # are computed as they come.
+        wide = x.to(torch.promote_types(x.dtype, torch.float32))  # (..., D)
         scaled = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)  # (..., D)
         return self.weight * scaled.to(x.dtype)
 
