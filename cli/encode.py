@@ -10,9 +10,9 @@ from rich.table import Table
 from onnxformer.cli.errors import user_errors
 from onnxformer.cli.options import (
     Device,
+    NoTruncate,
     TextFile,
     Threads,
-    Truncate,
     gather_texts,
     load_model,
     noting_truncation,
@@ -41,7 +41,7 @@ def encode_command(
         bool,
         typer.Option("--normalize", help="L2-normalise the embeddings (--json), as sentence-transformers."),
     ] = False,
-    truncate: Truncate = True,
+    no_truncate: NoTruncate = False,
     device: Device = "auto",
     threads: Threads = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print embeddings and labels as JSON.")] = False,
@@ -51,6 +51,7 @@ def encode_command(
     with user_errors(ctx):
         texts = gather_texts(texts, file, what="text")
         model = load_model(folder, "encode", device, threads)
+        truncate = not no_truncate
         with noting_truncation(model, texts, truncate=truncate):
             embeddings = model.embed(texts, normalize=normalize, truncate=truncate)
             classes = model.classify(texts, truncate=truncate)

@@ -29,13 +29,12 @@ TextFile = Annotated[
     ),
 ]
 
-Truncate = Annotated[
+NoTruncate = Annotated[
     bool,
     typer.Option(
-        "--truncate/--no-truncate",
-        help="Cut a text longer than the export reads (a sentence-transformers folder's max_seq_length, "
-        "else the model's context) to its first tokens, as sentence-transformers does, and say so; "
-        "--no-truncate refuses it.",
+        "--no-truncate",
+        help="Refuse a text longer than the export reads (a sentence-transformers folder's max_seq_length, "
+        "else the context) instead of cutting it to its first tokens, as sentence-transformers does.",
     ),
 ]
 
