@@ -1,13 +1,14 @@
 """An "encode" export (BERT): sentence embeddings, similarity, classification and masked-token filling.
 
 Texts are framed as the manifest's `framing.text` says (<cls> + the text's tokens + <sep> for BERT), right
-padded with <pad> into batches, segment ids all 0 when the graph takes them, as in training. A text longer
-than the export's `max_length` ids (a sentence-transformers folder's max_seq_length, else the model's
-context) keeps its first tokens and its framing, as sentence-transformers truncates, and a warning says
-so; `truncate=False` refuses it instead. The graph
+padded with <pad> into batches, segment ids all 0 when the graph takes them, as in training. The graph
 returns every head at once (manifest `io.encoder.outputs` names them); each method asks ONNX Runtime only
 for the output it needs, and says so when the export has no such head. The built-in classifier was trained
 to tell a well-formed sentence (label 1) from the same words shuffled (label 0).
+
+A text longer than `max_length` ids (the framing's `max_length`: a sentence-transformers folder's
+max_seq_length; else the model's context) keeps its first tokens within its framing, as
+sentence-transformers truncates, and a warning says so; `truncate=False` refuses it instead.
 """
 
 import logging

@@ -7,7 +7,8 @@ families:
 
 - `task`: which model class runs it ("generate": TextGenerator, "encode": TextEncoder, "seq2seq":
   TextToText) and so which graph roles it needs (`TASKS`);
-- `framing`: how a text becomes the ids a graph reads (special-token names before and after its tokens);
+- `framing`: how a text becomes the ids a graph reads (special-token names before and after its tokens,
+  and optionally the most ids it is cut to);
 - `io`: per graph role, the inputs the runtime feeds and the outputs it reads;
 - `kv_cache`: the KV-cache tensors' names and shapes; `generation`: the decoding defaults.
 

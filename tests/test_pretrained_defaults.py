@@ -2,10 +2,11 @@
 generation_config.json (builder/pretrained/generation.py), and read a text no longer than a
 sentence-transformers folder's max_seq_length (builder/pretrained/sentence.py). Reading only JSON files:
 no model is built or exported here (the exports' own checks are in test_pretrained_export.py and
-test_minilm.py)."""
+test_minilm.py), except one import of the session's tiny BERT folder."""
 
 import json
 import logging
+import shutil
 from pathlib import Path
 
 import pytest
@@ -166,3 +167,26 @@ def test_a_bad_max_seq_length_is_named(tmp_path: Path) -> None:
     folder = _sentence_folder(tmp_path, transformer={"max_seq_length": "long"}, tokenizer=None)
     with pytest.raises(ModelImportError, match=r"sentence_bert_config.json max_seq_length='long' must be"):
         max_seq_length(folder, max_len=512)
+
+
+def test_an_imported_sentence_folder_frames_texts_to_max_seq_length(
+    hf_folders: dict[str, Path], tmp_path: Path
+) -> None:
+    """The import records the limit in the framing the export writes to its manifest."""
+    from onnxformer.builder.export.models import pretrained_source
+    from onnxformer.builder.pretrained import from_pretrained
+
+    folder = Path(shutil.copytree(hf_folders["bert"], tmp_path / "bert"))  # 80 positions
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
+    _sentence_folder(folder, transformer={"max_seq_length": 16}, tokenizer=None)
+    imported = from_pretrained(folder)
+    assert (imported.framing.prefix, imported.framing.suffix, imported.framing.max_length) == (
+        ("cls",),
+        ("sep",),
+        16,
+    )
+    assert pretrained_source(folder).framing["text"].max_length == 16
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 2}))
+    with pytest.raises(ModelImportError, match="max_seq_length 2 leaves no room for a text beside its 2"):
+        from_pretrained(folder)
