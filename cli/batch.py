@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from onnxformer.cli.errors import user_errors
-from onnxformer.cli.options import Seed
+from onnxformer.cli.options import NoTruncate, Seed
 from onnxformer.cli.outputs import parse_path
 
 console = Console(stderr=True, highlight=False)
@@ -55,6 +55,7 @@ def batch_command(
     top_p: Annotated[float | None, typer.Option("--top-p", help="Nucleus sampling threshold.")] = None,
     seed: Seed = None,
     num_beams: Annotated[int, typer.Option("--num-beams", help="seq2seq: beam search width.")] = 1,
+    no_truncate: NoTruncate = False,
     threads: Annotated[int | None, typer.Option(help="ONNX Runtime threads per process/actor.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run's summary as JSON.")] = False,
 ) -> None:
@@ -66,7 +67,9 @@ def batch_command(
         from onnxformer.runtime.serving.batch import run_batch
         from onnxformer.runtime.serving.tasks import GenerationOptions
 
-        options = GenerationOptions(max_new_tokens, temperature, top_k, top_p, seed, num_beams)
+        options = GenerationOptions(
+            max_new_tokens, temperature, top_k, top_p, seed, num_beams, truncate=not no_truncate
+        )
         if ray is not None:
             _quiet_ray()
         with Progress(

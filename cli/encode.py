@@ -8,7 +8,15 @@ import typer
 from rich.table import Table
 
 from onnxformer.cli.errors import user_errors
-from onnxformer.cli.options import Device, TextFile, Threads, gather_texts, load_model
+from onnxformer.cli.options import (
+    Device,
+    NoTruncate,
+    TextFile,
+    Threads,
+    gather_texts,
+    load_model,
+    noting_truncation,
+)
 from onnxformer.cli.printing import console, echo_json
 from onnxformer.runtime.encoder import LABELS
 
@@ -33,6 +41,7 @@ def encode_command(
         bool,
         typer.Option("--normalize", help="L2-normalise the embeddings (--json), as sentence-transformers."),
     ] = False,
+    no_truncate: NoTruncate = False,
     device: Device = "auto",
     threads: Threads = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print embeddings and labels as JSON.")] = False,
@@ -42,8 +51,10 @@ def encode_command(
     with user_errors(ctx):
         texts = gather_texts(texts, file, what="text")
         model = load_model(folder, "encode", device, threads)
-        embeddings = model.embed(texts, normalize=True) if normalize else model.embed(texts)
-        classes = model.classify(texts)
+        truncate = not no_truncate
+        with noting_truncation(model, texts, truncate=truncate):
+            embeddings = model.embed(texts, normalize=normalize, truncate=truncate)
+            classes = model.classify(texts, truncate=truncate)
     unit = embeddings / np.maximum(np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12)
     cosine = unit @ unit.T  # (N, N)
     if as_json:

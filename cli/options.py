@@ -1,12 +1,17 @@
 """Options and loading shared by the commands that run exports."""
 
+import contextlib
+import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from onnxformer.runtime.errors import InputError
+
+BOM = "\ufeff"  # a UTF-8 byte order mark, as read from text
 
 Device = Annotated[str, typer.Option(help="auto (CUDA when a CUDA session starts, else CPU), cpu or cuda.")]
 Seed = Annotated[int | None, typer.Option(help="Seed for sampling; the same seed gives the same text.")]
@@ -23,6 +28,36 @@ TextFile = Annotated[
         help="Read the texts from FILE, one per line (- reads standard input).",
     ),
 ]
+
+NoTruncate = Annotated[
+    bool,
+    typer.Option(
+        "--no-truncate",
+        help="Refuse a text longer than the export reads (a sentence-transformers folder's max_seq_length, "
+        "else the context) instead of cutting it to its first tokens, as sentence-transformers does.",
+    ),
+]
+
+
+@contextlib.contextmanager
+def noting_truncation(model, texts: list[str], *, truncate: bool) -> Iterator[None]:
+    """Print a note on stderr for each text the encoder will cut, then run the block with the encoder's
+    own warning (the same news, once per call) held back."""
+    if truncate:
+        for index, length in enumerate(model.lengths(texts)):
+            if length > model.max_length:
+                typer.echo(
+                    f"note: text {index} is {length} tokens; the model reads its first {model.max_length} "
+                    "(--no-truncate refuses it instead)",
+                    err=True,
+                )
+    encoder_log = logging.getLogger("onnxformer.runtime.encoder")
+    level = encoder_log.level
+    encoder_log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        encoder_log.setLevel(level)
 
 
 def load_model(folder: Path, task: str, device: str, threads: int | None = None):
@@ -41,14 +76,15 @@ def load_model(folder: Path, task: str, device: str, threads: int | None = None)
 
 
 def gather_texts(texts: list[str] | None, file: str | None, *, what: str) -> list[str]:
-    """The command's texts: its arguments, then the lines of --file (blank lines skipped)."""
+    """The command's texts: its arguments, then the lines of --file (blank lines skipped). A UTF-8 byte
+    order mark at the start of the file (Windows tools write one) is not part of its first text."""
     gathered = list(texts or [])
     if file is not None:
         if file == "-":
-            lines = sys.stdin.read().splitlines()
+            lines = sys.stdin.read().removeprefix(BOM).splitlines()
         else:
             try:
-                lines = Path(file).read_text(encoding="utf-8").splitlines()
+                lines = Path(file).read_text(encoding="utf-8-sig").splitlines()
             except FileNotFoundError:
                 raise InputError(
                     f"--file {file} does not exist; give a text file, one {what} per line"

@@ -18,7 +18,7 @@ def serve_command(
     host: Annotated[str, typer.Option(help="Address to listen on (127.0.0.1: this machine only).")] = (
         "127.0.0.1"
     ),
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    port: Annotated[int, typer.Option(help="Port to listen on (1-65535).")] = 8000,
     ray: Annotated[
         str | None,
         typer.Option("--ray", help="Deploy with Ray Serve on a cluster: auto, an address, or local."),
@@ -34,8 +34,9 @@ def serve_command(
     (`pip install "onnxformer[serve]"`), or the same application on Ray Serve with --ray
     (`pip install "onnxformer[ray]"`). Requests are checked and bounded; errors are JSON naming the field."""
     with user_errors(ctx):
-        from onnxformer.runtime.serving.app import Limits, serve_local
+        from onnxformer.runtime.serving.app import Limits, check_port, serve_local
 
+        check_port(port)  # before the model loads, and before the --ray line below names the port
         limits = Limits(max_body_bytes=max_body_bytes, max_texts=max_texts, max_new_tokens=max_new_tokens)
         if ray is None:
             serve_local(folder, host=host, port=port, limits=limits, threads=threads)

@@ -5,8 +5,13 @@ padded with <pad> into batches, segment ids all 0 when the graph takes them, as 
 returns every head at once (manifest `io.encoder.outputs` names them); each method asks ONNX Runtime only
 for the output it needs, and says so when the export has no such head. The built-in classifier was trained
 to tell a well-formed sentence (label 1) from the same words shuffled (label 0).
+
+A text longer than `max_length` ids (the framing's `max_length`: a sentence-transformers folder's
+max_seq_length; else the model's context) keeps its first tokens within its framing, as
+sentence-transformers truncates, and a warning says so; `truncate=False` refuses it instead.
 """
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -15,7 +20,9 @@ import numpy as np
 
 from onnxformer.runtime.decoding import right_pad
 from onnxformer.runtime.errors import InputError, ManifestError
-from onnxformer.runtime.model import ExportModel, ModelExport, pick
+from onnxformer.runtime.model import ExportModel, ModelExport, pick, text_list
+
+logger = logging.getLogger(__name__)
 
 LABELS = {0: "shuffled", 1: "well-formed"}  # the built-in task's labels
 
@@ -38,47 +45,57 @@ class TextEncoder(ExportModel):
         super().__init__(export)
         self.dim: int = export.shape.d_model
         self.num_labels: int = export.shape.num_labels or 2
+        # The most ids a text is read as (framing included): longer texts are cut to it, or refused.
+        self.max_length: int = self.framing.limit(self.max_len)
         self._encoder = export.sessions["encoder"]
         self._io = export.io("encoder")
 
-    def embed(self, texts: str | list[str], *, batch_size: int = 32, normalize: bool = False) -> np.ndarray:
+    def embed(
+        self,
+        texts: str | list[str],
+        *,
+        batch_size: int = 32,
+        normalize: bool = False,
+        truncate: bool = True,
+    ) -> np.ndarray:
         """Sentence embeddings (mean of the real tokens' last hidden states): (N, D) for a list of N texts,
         (D,) for one str. An empty text is fine (it is <cls> <sep>).
 
         `normalize=True` scales each embedding to unit L2 norm (as sentence-transformers'
         `normalize_embeddings`), so a dot product is the cosine similarity; an all-zero embedding stays
-        zero."""
+        zero. A text longer than `max_length` ids is cut to them (`truncate=False`: refused)."""
         if not isinstance(normalize, bool):
             raise InputError(f"normalize must be True or False, got {normalize!r}")
         single = isinstance(texts, str)
-        rows = self._frame([texts] if single else texts)
+        rows = self._frame([texts] if single else texts, truncate=truncate)
         vectors = self._run(rows, "sentence_embedding", batch_size)  # (N, D)
         if normalize:
             norms = np.linalg.norm(vectors, axis=-1, keepdims=True)  # (N, 1)
             vectors = vectors / np.maximum(norms, 1e-12)  # (N, D)
         return vectors[0] if single else vectors
 
-    def similarity(self, a: str, b: str) -> float:
+    def similarity(self, a: str, b: str, *, truncate: bool = True) -> float:
         """Cosine similarity of the two texts' embeddings, in [-1, 1]."""
-        first, second = self.embed([a, b])  # (D,) each
+        first, second = self.embed([a, b], truncate=truncate)  # (D,) each
         norms = float(np.linalg.norm(first) * np.linalg.norm(second))
         return float(first @ second) / max(norms, 1e-12)
 
     def classify(
-        self, texts: str | list[str], *, batch_size: int = 32
+        self, texts: str | list[str], *, batch_size: int = 32, truncate: bool = True
     ) -> Classification | list[Classification]:
-        """The class of each text (a list in, a list out)."""
+        """The class of each text (a list in, a list out); `truncate` as for `embed`."""
         single = isinstance(texts, str)
-        rows = self._frame([texts] if single else texts)
+        rows = self._frame([texts] if single else texts, truncate=truncate)
         probabilities = _softmax(self._run(rows, "class_logits", batch_size))  # (N, num_labels)
         results = [Classification(int(np.argmax(p)), p) for p in probabilities]
         return results[0] if single else results
 
-    def fill_mask(self, text: str, *, top_k: int = 5) -> list[list[tuple[str, float]]]:
+    def fill_mask(self, text: str, *, top_k: int = 5, truncate: bool = True) -> list[list[tuple[str, float]]]:
         """For each mask token in `text` ("<mask>" in our tokenizers, "[MASK]" in BERT's), left to right,
         the `top_k` likeliest tokens and their probabilities.
 
-        Probabilities are over the whole vocabulary; special tokens are not offered as fillers.
+        Probabilities are over the whole vocabulary; special tokens are not offered as fillers. A text
+        longer than `max_length` ids is cut (`truncate`) as long as no mask falls past the cut.
         """
         if not isinstance(text, str):
             raise InputError(f"fill_mask takes one str, got {type(text).__name__}")
@@ -89,11 +106,17 @@ class TextEncoder(ExportModel):
             raise InputError(f"the text has no {mask_text}; mark each word to predict with {mask_text}")
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             raise InputError(f"top_k must be an integer >= 1, got {top_k!r}")
-        (row,) = self._frame([text])
+        (row,) = self._frame([text], truncate=truncate)
+        mask_id = self.tokenizer.special_tokens["mask"]
+        if len(row) == self.max_length and self.tokenizer.encode(text).count(mask_id) > row.count(mask_id):
+            raise InputError(
+                f"the text has a {mask_text} past its first {self.max_length} tokens, the most the model "
+                f"reads; shorten the text before that {mask_text}"
+            )
         logits = self._run([row], "mlm_logits", 1)[0]  # (T, V)
         candidates = np.array(sorted(set(range(logits.shape[-1])) - self.tokenizer.special_ids))
         results = []
-        for position in np.flatnonzero(np.array(row) == self.tokenizer.special_tokens["mask"]).tolist():
+        for position in np.flatnonzero(np.array(row) == mask_id).tolist():
             probabilities = _softmax(logits[position])  # (V,)
             best = candidates[np.argsort(-probabilities[candidates], kind="stable")[:top_k]]
             results.append([(self.tokenizer.token_text(int(t)), float(probabilities[t])) for t in best])
@@ -129,8 +152,47 @@ class TextEncoder(ExportModel):
         restored[order] = joined
         return restored
 
-    def _frame(self, texts: Sequence[str]) -> list[list[int]]:
-        return self.frame_all(texts, what="text")
+    def lengths(self, texts: str | list[str]) -> list[int]:
+        """How many ids each text is framed to before any cut: more than `max_length` is cut (or, with
+        `truncate=False`, refused)."""
+        listed = text_list([texts] if isinstance(texts, str) else texts, what="text")
+        return [len(self._ids(text, index)) + self._framing_size for index, text in enumerate(listed)]
+
+    @property
+    def _framing_size(self) -> int:
+        return len(self.framing.prefix) + len(self.framing.suffix)
+
+    def _ids(self, text: object, index: int) -> list[int]:
+        """All of a text's tokens (sentence-transformers tokenizes the whole text, then cuts)."""
+        if not isinstance(text, str):
+            raise InputError(f"text {index} must be a str, got {type(text).__name__}")
+        return self.tokenizer.encode(text)
+
+    def _frame(self, texts: Sequence[str], *, truncate: bool) -> list[list[int]]:
+        """Each text framed; one longer than `max_length` ids cut to its first tokens (`truncate`, with a
+        warning naming it) or refused."""
+        if not isinstance(truncate, bool):
+            raise InputError(f"truncate must be True or False, got {truncate!r}")
+        if not truncate:
+            return self.frame_all(texts, what="text", limit=self.max_length)
+        room = self.max_length - self._framing_size
+        rows, cut = [], []
+        for index, text in enumerate(text_list(texts, what="text")):
+            tokens = self._ids(text, index)
+            if len(tokens) > room:
+                cut.append(f"text {index}: {len(tokens) + self._framing_size}")
+                tokens = tokens[:room]
+            rows.append(self.framing.ids(tokens, self.tokenizer.special_tokens))
+        if cut:
+            shown = ", ".join(cut[:5]) + (f", and {len(cut) - 5} more" if len(cut) > 5 else "")
+            logger.warning(
+                "%d text(s) longer than the %d tokens the model reads were cut to their first tokens (%s "
+                "tokens); truncate=False (--no-truncate) refuses them instead",
+                len(cut),
+                self.max_length,
+                shown,
+            )
+        return rows
 
     def warm_up(self) -> None:
         self.embed("a")

@@ -7,7 +7,8 @@ families:
 
 - `task`: which model class runs it ("generate": TextGenerator, "encode": TextEncoder, "seq2seq":
   TextToText) and so which graph roles it needs (`TASKS`);
-- `framing`: how a text becomes the ids a graph reads (special-token names before and after its tokens);
+- `framing`: how a text becomes the ids a graph reads (special-token names before and after its tokens,
+  and optionally the most ids it is cut to);
 - `io`: per graph role, the inputs the runtime feeds and the outputs it reads;
 - `kv_cache`: the KV-cache tensors' names and shapes; `generation`: the decoding defaults.
 
@@ -214,6 +215,14 @@ class Framing:
 
     prefix: tuple[str, ...] = ()
     suffix: tuple[str, ...] = ()
+    # The most ids a framed text is read as, framing included: a sentence-transformers folder's
+    # max_seq_length (the encode task cuts longer texts to it). None: the model's max_len. Optional, so
+    # folders written without it read as before.
+    max_length: int | None = None
+
+    def limit(self, max_len: int) -> int:
+        """The most ids a framed text may have in a model whose context is `max_len`."""
+        return max_len if self.max_length is None else min(self.max_length, max_len)
 
     def ids(self, tokens: list[int], special: dict[str, int]) -> list[int]:
         """`tokens` framed, the names resolved through `special` (name -> id)."""
@@ -357,7 +366,11 @@ class Manifest:
         raise ManifestError(f"{MANIFEST_NAME} lists no file {path!r}; listed: {[f.path for f in self.files]}")
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+        data = asdict(self)
+        for framing in data["framing"].values():
+            if framing["max_length"] is None:
+                del framing["max_length"]  # written only when set, as older folders have it
+        return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> "Manifest":
@@ -626,10 +639,18 @@ def _parse_framing(item: Any, where: str) -> Framing:
     if not isinstance(item, dict):
         raise _fail(where, "must be an object with prefix and suffix lists")
     at = f"{where}."
-    return Framing(
+    framing = Framing(
         prefix=_names(_get(item, "prefix", list, at), f"{at}prefix"),
         suffix=_names(_get(item, "suffix", list, at), f"{at}suffix"),
+        max_length=_positive(item, "max_length", at) if item.get("max_length") is not None else None,
     )
+    special = len(framing.prefix) + len(framing.suffix)
+    if framing.max_length is not None and framing.max_length <= special:
+        raise _fail(
+            f"{at}max_length",
+            f"is {framing.max_length}, which leaves no room for a text beside its {special} special tokens",
+        )
+    return framing
 
 
 def _parse_shape(config: dict[str, Any]) -> ModelShape:

@@ -210,6 +210,15 @@ def pick(io: GraphIO, **available: Any) -> dict[str, Any]:
     return {name: available[name] for name in io.inputs}
 
 
+def text_list(texts: object, *, what: str) -> Sequence:
+    """`texts` checked to be a list of at least one item (a str is not such a list)."""
+    if isinstance(texts, str | bytes) or not isinstance(texts, Sequence):
+        raise InputError(f"{what} must be a str or a list of str")
+    if len(texts) == 0:
+        raise InputError(f"give at least one {what}")
+    return texts
+
+
 ModelT = TypeVar("ModelT", bound="ExportModel")
 
 
@@ -263,27 +272,29 @@ class ExportModel:
         """Why that provider (for example why CUDA was not used)."""
         return self.export.provider_reason
 
-    def frame(self, text: str, *, what: str = "text", index: int | None = None) -> list[int]:
+    def frame(
+        self, text: str, *, what: str = "text", index: int | None = None, limit: int | None = None
+    ) -> list[int]:
         """The ids the model reads for `text`: the manifest's framing around its tokens (e.g. <cls> + text
-        + <sep>), refused when longer than the model's context."""
+        + <sep>), refused when longer than `limit` ids (default: the model's context)."""
+        limit = self.max_len if limit is None else limit
         at = what if index is None else f"{what} {index}"
         if not isinstance(text, str):
             raise InputError(f"{at} must be a str, got {type(text).__name__}")
-        row = self.framing.ids(self.tokenizer.encode(text, limit=self.max_len), self.tokenizer.special_tokens)
-        if len(row) > self.max_len:
+        row = self.framing.ids(self.tokenizer.encode(text, limit=limit), self.tokenizer.special_tokens)
+        if len(row) > limit:
             raise InputError(
                 f"{at} is {len(row)} tokens framed as {self.framing.describe()}, but the model reads at most "
-                f"{self.max_len}; shorten the {what}"
+                f"{limit}; shorten the {what}"
             )
         return row
 
-    def frame_all(self, texts: object, *, what: str = "text") -> list[list[int]]:
+    def frame_all(self, texts: object, *, what: str = "text", limit: int | None = None) -> list[list[int]]:
         """`frame` for each of a list of texts (at least one)."""
-        if isinstance(texts, str | bytes) or not isinstance(texts, Sequence):
-            raise InputError(f"{what} must be a str or a list of str")
-        if len(texts) == 0:
-            raise InputError(f"give at least one {what}")
-        return [self.frame(text, what=what, index=index) for index, text in enumerate(texts)]
+        return [
+            self.frame(text, what=what, index=index, limit=limit)
+            for index, text in enumerate(text_list(texts, what=what))
+        ]
 
     def warm_up(self) -> None:
         """One tiny request through every graph the task runs (the untrusted probe's last step)."""

@@ -3,6 +3,7 @@
 the model's own kind of tokenizer.json (WordPiece for BERT, byte-level BPE for GPT-2 and Llama, Unigram
 for T5) with its tokenizer_config.json."""
 
+import json
 from pathlib import Path
 
 import torch
@@ -19,6 +20,9 @@ CORPUS = [
 # order 1 rather than 0.1 or less at this width, so that an option imported wrong shows in the parity's
 # absolute tolerance (1e-4).
 SCALE = 0.2
+# gpt2_folder's generation_config.json: its second stop id ends this prompt's greedy continuation early.
+GENERATION_PROMPT = "the cat sat"
+GENERATION_BUDGET = 10
 WORDS = sorted({w.strip(".,;!").lower() for line in CORPUS for w in line.split()})
 
 
@@ -131,12 +135,24 @@ def gpt2_folder(folder: Path) -> Path:
         eos_token_id=eos,
     )
     torch.manual_seed(0)
-    transformers.GPT2LMHeadModel(config).eval().save_pretrained(folder)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    model.save_pretrained(folder)
     save_tokenizer(
         folder,
         tok,
         {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>"},
     )
+    # A generation_config.json as released checkpoints write one: greedy (no do_sample), a budget, and a
+    # second stop id, one that this random model's greedy continuation of GENERATION_PROMPT reaches after
+    # a few steps (so that transformers' generate and ours both stop there, or neither).
+    prompt = torch.tensor([tok.encode(GENERATION_PROMPT).ids])
+    with torch.no_grad():
+        steps = model.generate(prompt, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=eos)
+    continuation = steps[0, prompt.shape[1] :].tolist()
+    later = next((token for token in continuation if token not in (continuation[0], eos)), None)
+    assert later is not None, f"the greedy continuation {continuation} repeats one token; change the prompt"
+    settings = {"eos_token_id": [eos, later], "max_new_tokens": GENERATION_BUDGET, "pad_token_id": eos}
+    (folder / "generation_config.json").write_text(json.dumps(settings, indent=2))
     return folder
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from onnxformer.builder.data import generate_sentences
 from onnxformer.builder.export.models import export_checkpoint
-from onnxformer.runtime import load
+from onnxformer.runtime import InputError, load
 from onnxformer.runtime.folder import ExportFolder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,13 +65,18 @@ def minilm_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def reference() -> tuple[list[str], np.ndarray]:
-    """sentence-transformers' own embeddings (its Transformer, Pooling and Normalize modules)."""
+def sentence_model():
+    """sentence-transformers' own model of the folder (its Transformer, Pooling and Normalize modules)."""
     from sentence_transformers import SentenceTransformer
 
+    return SentenceTransformer(str(minilm_folder()), device="cpu")
+
+
+@pytest.fixture(scope="session")
+def reference(sentence_model) -> tuple[list[str], np.ndarray]:
+    """sentence-transformers' own embeddings."""
     texts = sentences()
-    model = SentenceTransformer(str(minilm_folder()), device="cpu")
-    return texts, model.encode(texts, batch_size=32, convert_to_numpy=True)
+    return texts, sentence_model.encode(texts, batch_size=32, convert_to_numpy=True)
 
 
 def test_import_reads_the_sentence_transformers_modules() -> None:
@@ -95,6 +100,33 @@ def test_runtime_embeddings_equal_sentence_transformers(
     print(f"all-MiniLM-L6-v2, {len(texts)} sentences: max abs diff {diff:.1e}, min cosine {cosine:.8f}")
     assert got.shape == expected.shape == (len(texts), 384)
     assert diff <= TOLERANCE
+
+
+def test_long_texts_are_cut_at_max_seq_length_as_sentence_transformers_cuts(
+    minilm_export: Path, sentence_model, caplog: pytest.LogCaptureFixture
+) -> None:
+    """all-MiniLM-L6-v2 reads 256 tokens of a text (sentence_bert_config.json), not its 512 positions:
+    texts of about 300, 512 and 900 tokens embed as sentence-transformers embeds them."""
+    model = load(minilm_export)
+    assert model.export.manifest.text_framing().max_length == sentence_model.max_seq_length == 256
+    assert model.max_length == 256 and model.max_len == 512
+    pool, texts = sentences(), []
+    for target in (300, 512, 900):
+        count = 1
+        while model.lengths(" ".join(pool[:count]))[0] < target:
+            count += 1
+        texts.append(" ".join(pool[:count]))
+    lengths = model.lengths(texts)
+    with caplog.at_level("WARNING", logger="onnxformer.runtime.encoder"):
+        got = model.embed(texts)
+    expected = sentence_model.encode(texts, convert_to_numpy=True)
+    diff = float(np.abs(got - expected).max())
+    print(f"texts of {lengths} tokens: max abs diff {diff:.1e} against sentence-transformers")
+    assert lengths[0] > 256 and lengths[-1] > 512
+    assert diff <= TOLERANCE
+    assert "3 text(s) longer than the 256 tokens the model reads were cut" in caplog.text
+    with pytest.raises(InputError, match="reads at most 256; shorten the text"):
+        model.embed(texts[0], truncate=False)
 
 
 def test_goldens_pass_in_tract(minilm_export: Path) -> None:

@@ -1,22 +1,32 @@
 """Install layout: `pip install .` gives the namespaced import names, and the bare install has no torch."""
 
+import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
+import pytest
 import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_plain_install_gives_namespaced_packages(tmp_path: Path) -> None:
-    target = tmp_path / "site"
+@pytest.fixture(scope="module")
+def plain_install(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A regular (not editable) install of the checkout into a folder of its own (~5 s)."""
+    target = tmp_path_factory.mktemp("plain") / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
          "--target", str(target), str(ROOT)],
         check=True,
         capture_output=True,
     )  # fmt: skip
+    return target
+
+
+def test_plain_install_gives_namespaced_packages(plain_install: Path, tmp_path: Path) -> None:
+    target = plain_install
     top_level = sorted(p.name for p in target.iterdir() if not p.name.endswith((".dist-info", "bin")))
     assert top_level == ["onnxformer"]
     root = Path(__file__).resolve().parents[1]
@@ -39,6 +49,37 @@ def test_plain_install_gives_namespaced_packages(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(str(target))
+
+
+IMPORTS = "from onnxformer.runtime import load; import onnxformer.cli.main; print(load.__module__, end=' '); "
+
+
+def test_the_package_imports_in_the_checkouts_root(plain_install: Path) -> None:
+    """Where a new user first runs it: the checkout's root, whose onnxformer/ folder (only __main__) comes
+    first on sys.path. A regular install's subpackages are found all the same, and an editable install's."""
+    # The environment's packages (numpy, typer, ...) as a plain path entry, so that its editable install
+    # of this checkout (a finder its .pth file starts) is not there: only the regular install is.
+    site = sysconfig.get_paths()["purelib"]
+    env = {"PYTHONPATH": os.pathsep.join([str(plain_install), site]), "PATH": "/usr/bin:/bin"}
+    code = IMPORTS + "import onnxformer.runtime as r; print(r.__file__)"
+    regular = subprocess.run(
+        [sys.executable, "-S", "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert regular.returncode == 0, regular.stderr
+    assert regular.stdout.split() == [
+        "onnxformer.runtime.loader",
+        str(plain_install / "onnxformer/runtime/__init__.py"),
+    ]
+    command = subprocess.run(
+        [sys.executable, "-S", "-m", "onnxformer", "--version"], env=env, cwd=ROOT, capture_output=True,
+        text=True, check=False,
+    )  # fmt: skip
+    assert (command.returncode, command.stdout) == (0, "onnxformer 0.1.0\n"), command.stderr
+    editable = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert editable.returncode == 0, editable.stderr
+    assert editable.stdout.split()[1] == str(ROOT / "runtime" / "__init__.py")
 
 
 def test_dependencies_keep_the_runtime_light() -> None:

@@ -123,6 +123,42 @@ def test_runtime_greedy_equals_transformers_generate(
 
 
 @torch.no_grad()
+def test_an_imported_decoder_decodes_as_its_generation_config_says(
+    hf_exports: dict[str, tuple[Path, Path]],
+) -> None:
+    """GPT-2's generation_config.json (tests/hf_models.py: greedy, two stop ids, max_new_tokens) is the
+    export's default: a call without options, from Python or the command line, gives what transformers'
+    generate gives without options."""
+    from typer.testing import CliRunner
+
+    from onnxformer.cli.main import app
+
+    folder, export = hf_exports["gpt2"]
+    settings = json.loads((folder / "generation_config.json").read_text())
+    model = load(export)
+    defaults = model.export.manifest.generation
+    assert (defaults.temperature, defaults.top_k, defaults.top_p) == (0.0, 50, 1.0)  # greedy, as no do_sample
+    assert list(defaults.stop_tokens) == settings["eos_token_id"]
+    assert defaults.max_new_tokens == settings["max_new_tokens"] == hf_models.GENERATION_BUDGET
+    hf = _transformers("gpt2", folder)
+    stops, reasons = set(settings["eos_token_id"]), []
+    for prompt in (hf_models.GENERATION_PROMPT, "Hello world, this is", "a dog"):
+        framed = model.framing.ids(model.tokenizer.encode(prompt), model.tokenizer.special_tokens)
+        (ours,) = model.generate_ids([framed])
+        sequence = hf.generate(torch.tensor([framed]), attention_mask=torch.ones(1, len(framed), dtype=int))
+        new = sequence[0, len(framed) :].tolist()
+        ends = [i for i, token in enumerate(new) if token in stops]
+        theirs = new[: ends[0]] if ends else new
+        print(f"{prompt!r}: {ours.tokens} ({ours.finish_reason})")
+        assert ours.tokens == theirs
+        reasons.append(ours.finish_reason)
+        cli = CliRunner().invoke(app, ["generate", str(export), prompt, "--json"])
+        assert cli.exit_code == 0, cli.output
+        assert json.loads(cli.stdout)["results"][0]["output"] == model.tokenizer.decode(ours.tokens)
+    assert reasons[0] == "stop" and "length" in reasons  # the second stop id and the budget both ended one
+
+
+@torch.no_grad()
 def test_runtime_seq2seq_greedy_equals_transformers_generate(
     hf_exports: dict[str, tuple[Path, Path]],
 ) -> None:

@@ -113,6 +113,21 @@ def test_framing_reproduces_each_family_s_framing() -> None:
     assert framed == {"gpt": [1, 9, 8], "bert": [6, 9, 8, 5], "t5": [9, 8, 2]}
 
 
+def test_a_framing_max_length_is_optional_and_round_trips() -> None:
+    """sentence-transformers' max_seq_length: written only when set, so older folders round-trip as they
+    are (test_reference_manifests_parse_typed_and_round_trip) and read with the model's context."""
+    data = _model("bert")
+    assert "max_length" not in data["framing"]["text"]
+    plain = Manifest.from_json(json.dumps(data))
+    assert plain.text_framing().max_length is None and plain.text_framing().limit(64) == 64
+    data["framing"]["text"]["max_length"] = 16
+    limited = Manifest.from_json(json.dumps(data))
+    assert limited.text_framing().max_length == 16 and limited.text_framing().limit(64) == 16
+    assert json.loads(limited.to_json())["framing"]["text"]["max_length"] == 16
+    assert Manifest.from_json(limited.to_json()) == limited
+    assert Framing(max_length=600).limit(512) == 512  # never past the model's positions
+
+
 def test_cache_names_layer_by_layer() -> None:
     cache = Manifest.from_json(json.dumps(_model("t5"))).kv_cache
     assert cache.past_names() == [
@@ -160,6 +175,17 @@ def _model_mutated(family: str, change) -> str:
         ),
         ("gpt", lambda d: d["framing"]["prompt"].update(prefix="bos"), r"framing.prompt.prefix must be list"),
         ("bert", lambda d: d["framing"]["text"].pop("suffix"), r"framing.text.suffix is missing"),
+        (
+            "bert",
+            lambda d: d["framing"]["text"].update(max_length=0),
+            r"framing.text.max_length must be a positive integer",
+        ),
+        ("bert", lambda d: d["framing"]["text"].update(max_length="256"), r"max_length must be int"),
+        (
+            "bert",
+            lambda d: d["framing"]["text"].update(max_length=2),
+            r"framing.text.max_length is 2, which leaves no room for a text beside its 2 special tokens",
+        ),
         ("gpt", lambda d: d.pop("kv_cache"), r"kv_cache is missing"),
         ("gpt", lambda d: d["kv_cache"].update(kv_heads=0), r"kv_cache.kv_heads must be a positive integer"),
         ("gpt", lambda d: d["kv_cache"].pop("kv_heads"), r"kv_cache.kv_heads is missing"),

@@ -371,7 +371,8 @@ BAD_GPT = [
 ]
 BAD_BERT = [
     (lambda m: m.embed([]), InputError, "at least one text"),
-    (lambda m: m.embed("word " * 100), InputError, "shorten the text"),
+    (lambda m: m.embed("word " * 100, truncate=False), InputError, "shorten the text"),
+    (lambda m: m.embed("a", truncate="no"), InputError, "truncate must be True or False"),
     (lambda m: m.embed(["a"], batch_size=0), InputError, "batch_size"),
     (lambda m: m.classify([]), InputError, "at least one text"),
     (lambda m: m.classify([3]), InputError, "must be a str"),

@@ -23,8 +23,8 @@ from google.protobuf import text_format
 from typer.testing import CliRunner
 
 from onnxformer.cli.main import app as cli
-from onnxformer.runtime import InputError, load
-from onnxformer.runtime.serving.app import Limits, background_server, create_app, read_events
+from onnxformer.runtime import ConfigError, InputError, load
+from onnxformer.runtime.serving.app import Limits, background_server, create_app, read_events, serve_local
 from onnxformer.runtime.serving.triton import TRITON_DTYPES, write_repository
 
 EXPORTED = Path(__file__).resolve().parents[1] / "exported"
@@ -90,6 +90,16 @@ def test_embed_equals_the_runtime_exactly(servers: dict, models: dict) -> None:
     assert status == 200 and np.array_equal(got, expected)
 
 
+def test_embed_cuts_a_long_text_unless_told_not_to(servers: dict, models: dict) -> None:
+    items = ["The cat sat.", " ".join(["cat"] * 200)]
+    status, body = call(servers["bert"] + "/embed", {"texts": items})
+    assert status == 200 and np.array_equal(
+        np.array(body["embeddings"], np.float32), models["bert"].embed(items)
+    )
+    status, body = call(servers["bert"] + "/embed", {"texts": items, "truncate": True})
+    assert status == 200
+
+
 def test_generate_and_seq2seq_equal_the_runtime(servers: dict, models: dict) -> None:
     items = texts(4, seed=1)
     for options in ({"temperature": 0, "max_new_tokens": 15}, {"temperature": 1.0, "seed": 7, "top_k": 20}):
@@ -149,7 +159,9 @@ REFUSED = [
     ("bert", {"texts": ["a", 2]}, 422, "texts[1]", "must be a string"),
     ("bert", {"texts": ["a"] * 65}, 413, "texts", "at most 64"),
     ("bert", {"texts": ["a"], "max_new_tokens": 3}, 422, "max_new_tokens", "unknown field"),
-    ("bert", {"texts": [" ".join(["cat"] * 200)]}, 422, "texts", "shorten the text"),
+    ("bert", {"texts": [" ".join(["cat"] * 200)], "truncate": False}, 422, "texts", "shorten the text"),
+    ("bert", {"texts": ["a"], "truncate": "no"}, 422, "truncate", "must be true or false"),
+    ("gpt", {"texts": ["a"], "truncate": False}, 422, "truncate", "unknown field 'truncate'"),
     ("gpt", {"texts": ["a"], "max_new_tokens": 100000}, 422, "max_new_tokens", "between 1 and 256"),
     ("gpt", {"texts": ["a"], "max_new_tokens": 2.5}, 422, "max_new_tokens", "integer"),
     ("gpt", {"texts": ["a"], "temperature": -1}, 422, "temperature", "between"),
@@ -275,6 +287,16 @@ def test_a_missing_extra_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         result.stderr.strip()
         == 'error: this needs ray, which is not installed: pip install "onnxformer[ray]"'
     )
+
+
+@pytest.mark.parametrize("port", [0, 70000, True, "8000"])
+def test_the_servers_refuse_a_port_outside_1_to_65535(port: object) -> None:
+    """Checked before the model loads or Ray starts (uvicorn and Ray would listen elsewhere)."""
+    from onnxformer.runtime.serving.ray_serve import serve_on_ray
+
+    for serve in (serve_local, serve_on_ray):
+        with pytest.raises(ConfigError, match=f"port must be an integer from 1 to 65535, got {port!r}"):
+            serve(EXPORTED / "bert", port=port)
 
 
 def test_serve_command_runs_uvicorn(tmp_path: Path) -> None:

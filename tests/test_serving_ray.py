@@ -84,7 +84,8 @@ def test_a_bad_text_on_ray_is_named_by_its_line(local_ray, tmp_path: Path) -> No
     lines[12] = json.dumps({"text": " ".join(["dog"] * 200)})
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(InputError, match=r"in.jsonl line 13: .*shorten the text"):
-        run_batch(EXPORTED / "bert", path, tmp_path / "out.jsonl", batch_size=8, ray_address="auto", actors=2)
+        run_batch(EXPORTED / "bert", path, tmp_path / "out.jsonl", batch_size=8, ray_address="auto", actors=2,
+                  options=GenerationOptions(truncate=False))  # fmt: skip
     assert not (tmp_path / "out.jsonl").exists()
 
 

@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +90,8 @@ class ExportSource:
     special: dict[str, int]  # role -> id (the roles the tokenizer has; pad always)
     framing: dict[str, Framing]  # the task's text key -> special tokens around it
     extra: dict[str, Any]  # the manifest's `extra`: where the model came from
+    # GenerationDefaults fields that replace the recipe's (an imported folder's, as transformers decodes)
+    generation: dict[str, Any] = field(default_factory=dict)
 
 
 def checkpoint_source(checkpoint: str | os.PathLike) -> ExportSource:
@@ -116,6 +118,7 @@ def pretrained_source(folder: str | os.PathLike) -> ExportSource:
         imported.special_tokens,
         {text: imported.framing},
         extra,
+        imported.generation,
     )
 
 
@@ -205,6 +208,8 @@ def export_model(
         )
     )
     generation = family_recipe.generation(config, special_ids)
+    if generation is not None:
+        generation = dataclasses.replace(generation, **source.generation)
 
     def family_goldens(ids):
         context = EndToEnd(model, ids, special_ids, generation, wrappers, source.framing)

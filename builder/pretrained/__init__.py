@@ -9,9 +9,10 @@ hub id. Every checkpoint tensor is mapped onto a parameter or named as known and
 which. `ARCHITECTURES` lists what imports.
 """
 
+import dataclasses
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,10 @@ from torch import nn
 from onnxformer.builder.families import FAMILIES
 from onnxformer.builder.pretrained import bert, gpt2, llama, t5
 from onnxformer.builder.pretrained.folder import is_pretrained_folder, read_config, read_weights
+from onnxformer.builder.pretrained.generation import generation_settings
 from onnxformer.builder.pretrained.mapping import load_mapped
 from onnxformer.builder.pretrained.options import Architecture
+from onnxformer.builder.pretrained.sentence import max_seq_length
 from onnxformer.builder.pretrained.tokenizer import load_pretrained_tokenizer
 from onnxformer.runtime.errors import ModelImportError
 from onnxformer.runtime.manifest import Framing
@@ -51,8 +54,10 @@ class Pretrained:
     model: nn.Module  # in eval mode, fp32
     tokenizer: Tokenizer  # its own tokenizer.json, padding and truncation removed
     special_tokens: dict[str, int]  # role -> id, the roles the tokenizer has (pad always)
-    framing: Framing  # the special tokens around a text, from the tokenizer's post-processor
+    framing: Framing  # the special tokens around a text (the post-processor's), its max_seq_length
     sentence_transformers: bool = False  # a sentence-transformers folder (modules.json)
+    # GenerationDefaults fields as transformers' generate would decode (generation_config.json, config.json)
+    generation: dict[str, Any] = field(default_factory=dict)
 
     @property
     def config(self) -> Any:
@@ -90,7 +95,18 @@ def from_pretrained(path: str | os.PathLike) -> Pretrained:
         )
     logger.info("imported %s from %s as %s (%d tensors)", name, folder, family, len(tensors))
     sentence = (folder / SENTENCE_TRANSFORMERS).is_file()
-    return Pretrained(family, name, model.eval(), tokenizer, special, framing, sentence)
+    limit = max_seq_length(folder, max_len=config.max_len)
+    if limit is not None:
+        special_count = len(framing.prefix) + len(framing.suffix)
+        if limit <= special_count:
+            raise ModelImportError(
+                f"max_seq_length {limit} leaves no room for a text beside its {special_count} special "
+                "tokens; set it in sentence_bert_config.json to the length sentence-transformers uses"
+            )
+        framing = dataclasses.replace(framing, max_length=limit)
+        logger.info("texts are cut to %d tokens, the folder's max_seq_length", limit)
+    generation = generation_settings(folder, hf, vocab_size=config.vocab_size)
+    return Pretrained(family, name, model.eval(), tokenizer, special, framing, sentence, generation)
 
 
 __all__ = ["ARCHITECTURES", "Pretrained", "architecture_of", "from_pretrained", "is_pretrained_folder"]

@@ -3,7 +3,7 @@ machine (`serve_local`) or, unchanged, by Ray Serve replicas (`onnxformer.runtim
 
     GET  /health               {"status": "ok"}
     GET  /info                 family, task, config, generation defaults, limits (from the manifest)
-    POST /embed                {"texts": [...]}                     -> {"embeddings": [[...], ...]}
+    POST /embed                {"texts": [...], "truncate": false}  -> {"embeddings": [[...], ...]}
     POST /generate             {"texts": [...], "max_new_tokens": 20, "temperature": 0, "stop": [...]}
                                                                     -> {"generations": [...]}
                                {"texts": ["one"], "stream": true}   -> server-sent events, one per piece
@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import asdict, dataclass, is_dataclass
 from typing import Any
 
-from onnxformer.runtime.errors import InputError, OnnxformerError
+from onnxformer.runtime.errors import ConfigError, InputError, OnnxformerError
 from onnxformer.runtime.serving.tasks import GenerationOptions, Model, Task, require, task_for
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,15 @@ class Limits:
     max_text_chars: int = 4096  # characters per text (the model's context is checked after tokenizing)
     max_new_tokens: int = 256
     max_beams: int = 8
+
+
+def check_port(port: object) -> int:
+    """A TCP port to listen on, 1 .. 65535 (a bigger number would wrap around to another port)."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise ConfigError(
+            f"port must be an integer from 1 to 65535, got {port!r}; choose a free port, e.g. 8000"
+        )
+    return port
 
 
 class RequestError(Exception):
@@ -67,6 +76,7 @@ _OPTION_FIELDS: dict[str, tuple[str, float | None, float | str | None]] = {
     "seed": ("int", 0, 2**63 - 1),
     "num_beams": ("int", 1, "max_beams"),
     "stop": ("strings", None, None),
+    "truncate": ("bool", None, None),
 }
 
 
@@ -98,6 +108,10 @@ def parse_request(body: bytes, task: Task, limits: Limits) -> tuple[list[str], G
             continue
         if kind == "strings":
             options[name] = tuple(_strings(name, value, limits, at_least_one=False))
+        elif kind == "bool":
+            if not isinstance(value, bool):
+                raise RequestError(422, name, f"must be true or false, got {value!r}")
+            options[name] = value
         else:
             options[name] = _number(name, value, kind, low, high)
     stream = data.get("stream", False)
@@ -278,6 +292,7 @@ def serve_local(
     log_level: str = "info",
 ) -> None:
     """Serve the folder with uvicorn until interrupted."""
+    check_port(port)
     require("starlette", "serve")
     require("uvicorn", "serve")
     import uvicorn

@@ -36,7 +36,8 @@ def read_records(path: str | os.PathLike, *, column: str, output: str) -> list[R
         for number, raw in enumerate(handle, start=1):
             where = f"{path} line {number}"
             try:
-                line = raw.decode("utf-8")
+                # A UTF-8 byte order mark (Windows tools write one) is not part of the first record.
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError:
                 raise InputError(f"{where}: not UTF-8 text; save the file as UTF-8") from None
             if not line.strip():

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from onnxformer.runtime.serving.app import Limits, create_app
+from onnxformer.runtime.serving.app import Limits, check_port, create_app
 from onnxformer.runtime.serving.batch import connect
 from onnxformer.runtime.serving.tasks import require
 
@@ -51,6 +51,7 @@ def serve_on_ray(
 ) -> None:
     """Start Serve's HTTP proxy on host:port and run the folder's app with `replicas` replicas; with
     `blocking` (the command) until interrupted, then the application is deleted."""
+    check_port(port)
     ray, _ = connect(address)
     from ray import serve
 

@@ -22,7 +22,8 @@ Model = TextEncoder | TextGenerator | TextToText
 
 @dataclass(frozen=True)
 class GenerationOptions:
-    """Decoding options for generate and seq2seq; None takes the export's defaults (manifest `generation`)."""
+    """Decoding options for generate and seq2seq, None taking the export's defaults (manifest
+    `generation`); and whether embed cuts a text longer than the export reads (else refuses it)."""
 
     max_new_tokens: int | None = None
     temperature: float | None = None
@@ -31,6 +32,7 @@ class GenerationOptions:
     seed: int | None = None
     num_beams: int = 1  # seq2seq only
     stop: tuple[str, ...] | None = None  # generate only: end the text before the first of these
+    truncate: bool = True  # embed only: cut texts past the export's max length (TextEncoder.embed)
 
     def given(self) -> list[str]:
         """The names of the options set to something other than their default."""
@@ -62,7 +64,8 @@ class Task:
 
 
 def _embed(model: TextEncoder, texts: list[str], options: GenerationOptions) -> np.ndarray:
-    return model.embed(texts, batch_size=len(texts))  # (N, D): one model batch, as the caller chunked it
+    # (N, D): one model batch, as the caller chunked it
+    return model.embed(texts, batch_size=len(texts), truncate=options.truncate)
 
 
 def _continuation(options: GenerationOptions) -> dict:
@@ -99,7 +102,7 @@ def _seq2seq(model: TextToText, texts: list[str], options: GenerationOptions) ->
 
 _SAMPLING = ("max_new_tokens", "temperature", "top_k", "top_p", "seed")
 TASKS: dict[type, Task] = {
-    TextEncoder: Task("embed", "embedding", (), _embed),
+    TextEncoder: Task("embed", "embedding", ("truncate",), _embed),
     TextGenerator: Task("generate", "generation", (*_SAMPLING, "stop"), _generate, _stream),
     TextToText: Task("seq2seq", "output", (*_SAMPLING, "num_beams"), _seq2seq),
 }

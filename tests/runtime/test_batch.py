@@ -103,9 +103,27 @@ BAD_LINES = [
 def test_a_bad_line_is_named_and_nothing_is_written(tmp_path: Path, line: str, message: str) -> None:
     source = tmp_path / "in.jsonl"
     source.write_text('{"text": "The cat sat."}\n\n' + line + '\n{"text": "The dog ran."}\n')  # line 2 blank
+    refuse_long = GenerationOptions(truncate=False)  # a long text is cut by default (the next test)
     with pytest.raises(InputError, match=message):
-        run_batch(EXPORTED / "bert", source, tmp_path / "out.jsonl", batch_size=2)
+        run_batch(EXPORTED / "bert", source, tmp_path / "out.jsonl", batch_size=2, options=refuse_long)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+def test_a_long_text_is_embedded_cut_and_a_bom_is_not_text(tmp_path: Path) -> None:
+    """As TextEncoder.embed: a text past the export's max length is cut to it. A UTF-8 byte order mark
+    (Windows tools write one) before the first record is not part of it."""
+    long = " ".join(["cat"] * 200)
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(
+        b"\xef\xbb\xbf" + "".join(json.dumps({"text": t}) + "\n" for t in ("A cat.", long)).encode()
+    )
+    run_batch(EXPORTED / "bert", source, tmp_path / "out.jsonl")
+    rows = read_output(tmp_path / "out.jsonl")
+    assert [row["text"] for row in rows] == ["A cat.", long]
+    model = load(EXPORTED / "bert")
+    assert np.array_equal(
+        np.array([r["embedding"] for r in rows], dtype=np.float32), model.embed(["A cat.", long])
+    )
 
 
 def test_options_that_do_not_apply_are_refused_before_any_work(tmp_path: Path) -> None:
@@ -114,6 +132,8 @@ def test_options_that_do_not_apply_are_refused_before_any_work(tmp_path: Path) -
         run_batch(
             EXPORTED / "bert", source, tmp_path / "o.jsonl", options=GenerationOptions(max_new_tokens=3)
         )
+    with pytest.raises(InputError, match="truncate: not an option of generate"):
+        run_batch(EXPORTED / "gpt", source, tmp_path / "o.jsonl", options=GenerationOptions(truncate=False))
     with pytest.raises(InputError, match="num_beams: not an option of generate"):
         run_batch(EXPORTED / "gpt", source, tmp_path / "o.jsonl", options=GenerationOptions(num_beams=2))
     with pytest.raises(InputError, match="holds no records"):

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from onnxformer.cli.errors import EXTRAS
 from onnxformer.cli.main import app
 from onnxformer.cli.printing import echo_json, finite
+from onnxformer.runtime import load
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,6 +38,48 @@ def test_texts_from_a_file_and_from_stdin(tmp_path: Path) -> None:
     assert [row["prompt"] for row in json.loads(generated.stdout)["results"]] == ["The cat", "A dog"]
     translated = runner.invoke(app, ["seq2seq", str(EXPORTED / "t5"), "-f", str(texts), "--json"])
     assert len(json.loads(translated.stdout)["results"]) == 2
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_text(tmp_path: Path) -> None:
+    """Windows tools begin a UTF-8 file with one (EF BB BF); read as text it is U+FEFF."""
+    texts = tmp_path / "texts.txt"
+    texts.write_bytes(b"\xef\xbb\xbfThe cat sat.\r\ncat The sat.\r\n")
+    from_file = runner.invoke(app, ["encode", str(EXPORTED / "bert"), "--file", str(texts), "--json"])
+    assert from_file.exit_code == 0, from_file.output
+    rows = json.loads(from_file.stdout)["results"]
+    assert [row["text"] for row in rows] == ["The cat sat.", "cat The sat."]
+    plain = runner.invoke(app, ["encode", str(EXPORTED / "bert"), "The cat sat.", "cat The sat.", "--json"])
+    assert json.loads(plain.stdout)["results"] == rows  # the same embeddings as without the mark
+    from_stdin = runner.invoke(
+        app, ["generate", str(EXPORTED / "gpt"), "-f", "-", "--json", "--max-new-tokens", "2"],
+        input="\ufeffThe cat\n",
+    )  # fmt: skip
+    assert [row["prompt"] for row in json.loads(from_stdin.stdout)["results"]] == ["The cat"]
+
+
+def test_encode_cuts_a_long_text_and_says_so() -> None:
+    folder = str(EXPORTED / "bert")
+    long = " ".join(["cat"] * 100)
+    framed = len(load(folder).tokenizer.encode(long)) + 2  # <cls> ... <sep>
+    cut = runner.invoke(app, ["encode", folder, "The cat sat.", long, "--json"])
+    assert cut.exit_code == 0, cut.output
+    assert cut.stderr.splitlines() == [
+        f"note: text 1 is {framed} tokens; the model reads its first 64 (--no-truncate refuses it instead)"
+    ]
+    refused = runner.invoke(app, ["encode", folder, "The cat sat.", long, "--no-truncate"])
+    assert refused.exit_code == 1 and refused.stdout == ""
+    assert refused.stderr.startswith("error: ") and "reads at most 64; shorten the text" in refused.stderr
+    short = runner.invoke(app, ["encode", folder, "The cat sat.", "--json"])
+    assert short.exit_code == 0 and short.stderr == ""
+
+
+@pytest.mark.parametrize("port", ["0", "-1", "65536", "99999"])
+def test_serve_refuses_a_port_outside_1_to_65535(port: str) -> None:
+    result = runner.invoke(app, ["serve", str(EXPORTED / "bert"), "--port", port])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.strip() == (
+        f"error: port must be an integer from 1 to 65535, got {port}; choose a free port, e.g. 8000"
+    )
 
 
 @pytest.mark.parametrize("command", ["encode", "generate", "seq2seq"])

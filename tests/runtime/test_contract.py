@@ -11,6 +11,7 @@ from onnxformer.runtime import ConfigError, InputError, ManifestError, TextEncod
 from onnxformer.runtime.session import max_threads
 
 EXPORTED = Path(__file__).resolve().parents[2] / "exported"
+WORDS = ("the", "cat", "sat", "on", "the", "mat", "while", "the", "small", "dog", "chased", "the", "ball")
 
 
 @pytest.fixture(scope="module")
@@ -88,3 +89,61 @@ def test_an_encoder_without_a_classifier_head_says_so(tmp_path: Path) -> None:
     assert bert.embed("a").shape == (bert.dim,)
     with pytest.raises(ManifestError, match=r"encoder.onnx has no class_logits output"):
         bert.classify("a")
+
+
+def _words_of(bert: TextEncoder, count: int) -> str:
+    """A text of exactly `count` tokens, built word by word (so a longer text starting with it begins
+    with the same tokens: byte-level BPE splits at spaces)."""
+    words = WORDS
+    text = ""
+    for index in range(10 * count):
+        longer = (text + " " + words[index % len(words)]).strip()
+        if len(bert.tokenizer.encode(longer)) > count:
+            break
+        text = longer
+    assert len(bert.tokenizer.encode(text)) == count
+    return text
+
+
+def test_a_long_text_is_cut_to_what_the_model_reads(models: dict, caplog: pytest.LogCaptureFixture) -> None:
+    """As sentence-transformers truncates: the text's first tokens within the framing, said in a warning;
+    truncate=False refuses the text instead."""
+    bert = models["bert"]
+    assert bert.max_length == bert.max_len == 64
+    head = _words_of(bert, 62)  # <cls> + 62 tokens + <sep> = 64
+    long = head + " and the dog ran far away from the house" * 3
+    assert bert.tokenizer.encode(long)[:62] == bert.tokenizer.encode(head)
+    framed = len(bert.tokenizer.encode(long)) + 2
+    assert bert.lengths([head, long]) == [64, framed]
+    with caplog.at_level("WARNING", logger="onnxformer.runtime.encoder"):
+        cut = bert.embed([long, "A dog ran."])
+    assert np.array_equal(cut, bert.embed([head, "A dog ran."]))
+    assert caplog.records[-1].getMessage().startswith("1 text(s) longer than the 64 tokens the model reads")
+    assert f"(text 0: {framed} tokens); truncate=False" in caplog.records[-1].getMessage()
+    assert bert.classify(long).label == bert.classify(head).label
+    with pytest.raises(InputError, match="reads at most 64; shorten the text"):
+        bert.embed(long, truncate=False)
+    with pytest.raises(InputError, match="truncate must be True or False"):
+        bert.embed(long, truncate="yes")
+    assert np.array_equal(bert.embed([head, "A dog ran."], truncate=False), cut)  # head: not cut
+
+
+def test_the_manifests_max_length_bounds_the_text(tmp_path: Path) -> None:
+    """A framing max_length (a sentence-transformers folder's max_seq_length) shorter than the context."""
+    folder = tmp_path / "bert"
+    shutil.copytree(EXPORTED / "bert", folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["framing"]["text"]["max_length"] = 16
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    bert, full = load(folder, device="cpu"), load(EXPORTED / "bert", device="cpu")
+    assert (bert.max_length, bert.max_len) == (16, 64)
+    head = _words_of(bert, 14)
+    long = head + " and the dog ran far away"
+    assert np.array_equal(bert.embed(long), full.embed(head))
+    assert not np.array_equal(full.embed(long), full.embed(head))  # the full context reads it all
+    with pytest.raises(InputError, match="reads at most 16"):
+        bert.embed(long, truncate=False)
+    mask = bert.tokenizer.token_text(bert.tokenizer.special_tokens["mask"])
+    assert len(bert.fill_mask(f"the {mask} sat on the mat while the small dog chased the red ball")) == 1
+    with pytest.raises(InputError, match=f"has a {mask} past its first 16 tokens"):
+        bert.fill_mask(long + f" {mask}")
