@@ -37,7 +37,7 @@ def export_blocks_command(
             help="How many times PyTorch fp32's own distance to the float64 answer ONNX Runtime may be "
             "(plus a floor of 4 fp32 steps); a miss fails.",
         ),
-    ] = 4.0,
+    ] = 16.0,
     seed: Annotated[int, typer.Option(help="Seed of the random weights and test inputs.")] = 0,
     overwrite: Overwrite = False,
     as_json: Annotated[
