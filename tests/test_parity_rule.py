@@ -223,3 +223,72 @@ def test_the_rule_is_recorded_and_checked(tmp_path) -> None:
 
         _, golden = read_tensor(folder.read(f"{case.dir}/output_0.pb"), source=case.dir)
         assert case.allowed[0] <= graph.atol + graph.rtol * float(np.max(np.abs(golden)))
+
+
+# ---- every family and imported architecture, at a default init and at 10x ---------------------------
+# The session's Hugging Face folders (tests/hf_models.py) are at 10x transformers' default init (0.2) and
+# its own families are trained: those exports are proven by their own tests under this rule. Here each
+# imported architecture at the default init (0.02), and each family trained then with weights times 10.
+# Graphs only (no blocks, no attention graph): the blocks' rule is the same and is proven above.
+
+
+def _times(folder, factor: float) -> None:
+    from safetensors.torch import load_file, save_file
+
+    for path in folder.glob("*.safetensors"):
+        tensors = load_file(path)
+        save_file(
+            {
+                k: v * factor if v.is_floating_point() and v.dim() >= 2 and "norm" not in k else v
+                for k, v in tensors.items()
+            },
+            path,
+            metadata={"format": "pt"},
+        )
+
+
+def _proven(manifest) -> str:
+    """Every graph's recorded parity keeps the rule; the closest output, for the log."""
+    closest = max(
+        (entry.parity.used[name], entry.path, name, entry.parity)
+        for entry in manifest.files
+        if entry.parity is not None
+        for name in entry.parity.used
+    )
+    used, path, name, parity = closest
+    assert used <= 1.0 and parity.reference == "float64"
+    return (
+        f"closest {path} {name}: ONNX Runtime {parity.error[name]:.2e}, PyTorch fp32 "
+        f"{parity.torch_error[name]:.2e}, max |out| {parity.max_abs_value[name]:.3g}, {used:.0%}"
+    )
+
+
+@pytest.mark.parametrize("architecture", ["bert-mlm", "gpt2", "llama", "t5-gated"])
+def test_an_imported_architecture_at_a_default_init_is_exported(architecture, tmp_path, monkeypatch) -> None:
+    import hf_models
+
+    from onnxformer.builder.export.models import export_checkpoint
+
+    monkeypatch.setattr(hf_models, "SCALE", 0.02)
+    builders = {
+        "bert-mlm": lambda p: hf_models.bert_folder(p, "BertForMaskedLM"),
+        "gpt2": hf_models.gpt2_folder,
+        "llama": hf_models.llama_folder,
+        "t5-gated": lambda p: hf_models.t5_folder(p, gated=True),
+    }
+    folder = builders[architecture](tmp_path / architecture)
+    manifest = export_checkpoint(folder, tmp_path / "out", blocks=False, attentions=False)
+    print(f"{architecture} at 0.02: {_proven(manifest)}")
+
+
+@pytest.mark.parametrize("family", ["gpt", "bert", "t5"])
+def test_a_trained_family_at_10x_weights_is_exported(family, tiny_checkpoints, tmp_path) -> None:
+    import shutil
+
+    from onnxformer.builder.export.models import export_checkpoint
+
+    checkpoint = tmp_path / family
+    shutil.copytree(tiny_checkpoints[family], checkpoint)
+    _times(checkpoint, 10.0)
+    manifest = export_checkpoint(checkpoint, tmp_path / "out", blocks=False, attentions=False)
+    print(f"{family} trained, weights x10: {_proven(manifest)}")
