@@ -212,7 +212,7 @@ def train_command(
 ) -> None:
     """Train a model and save a checkpoint (weights as safetensors, config, tokenizer.json, training state
     and a loss-curve PNG). The weights kept are those with the best held-out loss. A killed run continues
-    exactly with `--resume`."""
+    exactly with `--resume`; Ctrl-C says which step the checkpoint kept."""
     with user_errors(ctx):
         from onnxformer.builder.training import train
         from onnxformer.builder.training.distributed import Context, launch_command, launched_world_size

@@ -191,8 +191,8 @@ def train(
     """
     started = time.perf_counter()
     out = Path(out)
-    check_checkpoint_target(out)  # a folder holding the user's own files is refused before any training
     run = _load_run(out, options, changes) if resume else None
+    check_checkpoint_target(out)  # a folder holding the user's own files is refused before any training
     if run is not None:
         done = _already_complete(run, out, started)
         if done is not None:
