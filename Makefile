@@ -34,8 +34,8 @@ setup: $(STAMP)
 # The main job: train the three tiny models, export them (graphs and blocks), verify, then run the exports
 # with the torch-free runtime.
 run: $(STAMP)
-	$(BIN)/onnxformer export-blocks --out runs/export/blocks --overwrite
-	$(BIN)/onnxformer demo --out runs --overwrite
+	$(BIN)/onnxformer export-blocks --out runs/demo/export/blocks --overwrite
+	$(BIN)/onnxformer demo --out runs/demo --overwrite
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -114,9 +114,10 @@ minilm: $(STAMP)
 
 exported: $(STAMP)
 	for family in gpt bert t5; do \
-	  $(BIN)/onnxformer train $$family --out runs/$$family --overwrite && \
-	  $(BIN)/onnxformer export runs/$$family --out exported/$$family --overwrite || exit 1; \
+	  $(BIN)/onnxformer train $$family --out runs/exported/$$family --overwrite && \
+	  $(BIN)/onnxformer export runs/exported/$$family --out exported/$$family --overwrite || exit 1; \
 	done
 
+# What make wrote: your own runs (runs/gpt from `onnxformer train gpt`, ...) stay.
 clean:
-	rm -rf runs .pytest_cache .ruff_cache
+	rm -rf runs/demo runs/exported runs/minilm .pytest_cache .ruff_cache

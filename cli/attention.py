@@ -11,12 +11,11 @@ from rich.text import Text
 
 from onnxformer.cli.errors import stderr, user_errors
 from onnxformer.cli.options import Device
-from onnxformer.cli.outputs import Overwrite, check_png_out, parse_path
+from onnxformer.cli.outputs import check_png_out, parse_path
 from onnxformer.cli.printing import console, echo_json
 from onnxformer.runtime.attention import AttentionMap, attention_map, check_plotting, save_heatmaps
 from onnxformer.runtime.errors import InputError, OnnxformerError
 
-DEFAULT_PNG = Path("attention.png")
 DEFAULT_TOKEN = "sat"  # the seed sentence's verb: "The cat sat on the mat."
 TABLE_ROWS = 16
 
@@ -42,33 +41,37 @@ def attention_command(
         Path | None,
         typer.Option(
             parser=parse_path,
-            help="Where to write the PNG grid of heatmaps (a .png name) [default: attention.png].",
+            help="Also write a PNG grid of heatmaps, one per layer and head, to this .png file "
+            "(default: none; needs matplotlib).",
         ),
     ] = None,
-    no_png: Annotated[bool, typer.Option("--no-png", help="Do not write the PNG.")] = False,
-    overwrite: Overwrite = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace a heatmap PNG that onnxformer wrote at --out.")
+    ] = False,
     device: Device = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print tokens, the row and all weights.")] = False,
 ) -> None:
-    """Show which tokens one token attends to: the sentence highlighted by attention weight, the
-    weights as a table, and a PNG heatmap per layer and head (needs matplotlib: the `plot` extra).
-    Runs without torch."""
+    """Show which tokens one token attends to: the sentence highlighted by attention weight and the
+    weights as a table; with --out, also a PNG heatmap per layer and head (needs matplotlib: the `plot`
+    extra). A file at --out is replaced only if it is a heatmap onnxformer wrote, and only with
+    --overwrite. Runs without torch."""
     with user_errors(ctx):
         levels = _level(layer, "--layer"), _level(head, "--head")
-        if not no_png:
-            check_png_out(out or DEFAULT_PNG, overwrite=overwrite)
-        if out is not None and not no_png:
+        if out is not None:
+            check_png_out(out, overwrite=overwrite)
             _require_plotting(ctx)  # asked for a PNG: say what is missing before any work
         attention = attention_map(folder, text, kind="cross" if cross else "self", device=device)
         index = attention.query_index(_token(attention, token))
         row = attention.row(index, layer=levels[0], head=levels[1])  # (K,)
-        png = None if no_png else _write_png(attention, out)
+        png = None if out is None else save_heatmaps(attention, out)
     if as_json:
         echo_json(_payload(attention, index, levels, row, png), indent=None)
         return
     _show(attention, index, levels, row)
     if png is not None:
         console.print(f"heatmaps ({attention.layers} layers x {attention.heads} heads): {png}", markup=False)
+    else:
+        console.print("(--out FILE.png also draws a heatmap per layer and head)", markup=False, style="dim")
 
 
 def _level(value: str, option: str) -> int | None:
@@ -110,17 +113,6 @@ def _require_plotting(ctx: typer.Context) -> None:
             raise
         stderr.print(Text.assemble(("error:", "bold red"), f" {error}"), soft_wrap=True)
         raise typer.Exit(1) from None
-
-
-def _write_png(attention: AttentionMap, out: Path | None) -> Path | None:
-    if out is not None:
-        return save_heatmaps(attention, out)
-    try:
-        check_plotting()
-    except OnnxformerError as error:  # the default PNG is a bonus: the terminal view still stands
-        stderr.print(Text.assemble(("note:", "yellow"), f" no PNG written: {error}"), soft_wrap=True)
-        return None
-    return save_heatmaps(attention, DEFAULT_PNG)
 
 
 def _describe(attention: AttentionMap, index: int, levels: tuple[int | None, int | None]) -> str:

@@ -1,5 +1,13 @@
-"""`onnxformer demo`: the whole path in one command, ending with a summary (the README's main job)."""
+"""`onnxformer demo`: the whole path in one command, ending with a summary (the README's main job).
 
+Its outputs live apart from the user's (runs/demo, not runs/gpt where `onnxformer train gpt` writes), and
+OUT/demo.json lists each one the demo wrote: the demo replaces only those, so a checkpoint or export of
+the user's in OUT is refused even with --overwrite.
+"""
+
+import json
+import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Annotated
@@ -17,8 +25,11 @@ from onnxformer.cli.outputs import (
 )
 from onnxformer.cli.printing import console
 from onnxformer.cli.train import training_progress
+from onnxformer.runtime.errors import ConfigError
 
 SENTENCE = "The cat sat on the mat."
+RECORD = "demo.json"  # in OUT: the outputs the demo wrote there (paths relative to OUT)
+WRITTEN_BY = "onnxformer demo"
 
 
 def demo_command(
@@ -26,7 +37,7 @@ def demo_command(
     out: Annotated[
         Path,
         typer.Option("--out", parser=parse_path, metavar="DIR", help="Folder for checkpoints and exports."),
-    ] = Path("runs"),
+    ] = Path("runs/demo"),
     steps: Annotated[
         int | None,
         typer.Option(help="Training steps per model (default: each family's; fewer for a quick look)."),
@@ -36,12 +47,15 @@ def demo_command(
     ] = True,
     overwrite: Annotated[
         bool,
-        typer.Option("--overwrite", help="Replace the checkpoints and exports of an earlier demo in --out."),
+        typer.Option(
+            "--overwrite", help="Replace the checkpoints, exports and PNG an earlier demo wrote in --out."
+        ),
     ] = False,
 ) -> None:
     """Train the tiny GPT, BERT and T5 on the built-in corpus, export them (graphs and blocks), verify the
     exports, run them with the torch-free runtime, and print a summary. Writes OUT/FAMILY (checkpoints),
-    OUT/export/FAMILY and the attention PNG; an earlier demo's are replaced only with --overwrite."""
+    OUT/export/FAMILY, the attention PNG and OUT/demo.json, the list of what it wrote; an earlier demo's
+    outputs are replaced only with --overwrite, and nothing the demo did not write is ever replaced."""
     started = time.perf_counter()
     rows = []
     with user_errors(ctx):
@@ -51,6 +65,7 @@ def demo_command(
         # The attention picture of the first text generator (a decoder's causal attention).
         drawn = next(family for family, recipe in RECIPES.items() if recipe.task == "generate")
         picture = out / f"attention_{drawn}.png"
+        _check_written_by_demo(out, [*RECIPES, *(f"export/{family}" for family in RECIPES), picture.name])
         for family in RECIPES:  # every target checked before any work
             check_checkpoint_out(out / family, overwrite=overwrite)
             check_export_out(out / "export" / family, model=True, overwrite=overwrite)
@@ -69,10 +84,12 @@ def demo_command(
             metric, examples = TRAINING[family].headline, recipe.demo.examples
             with training_progress(family) as report:
                 result = train(out / family, TrainOptions(family, steps=steps), progress=report)
+            _record(out, family)
             console.print(f"[bold]{family}[/] trained: {metric} = {result.metrics[metric]:.3f}")
             export = out / "export" / family
             with console.status(f"exporting {family} and checking parity"):
                 manifest = export_checkpoint(result.out, export, blocks=blocks)
+            _record(out, f"export/{family}")
             opened = ExportFolder.open(export)
             problems = [r.problem for r in check_export(opened) if not r.ok]
             goldens = run_goldens(opened) if not problems else []
@@ -85,6 +102,7 @@ def demo_command(
             rows.append((family, metric, result, export, checked, samples))
         attention = attention_map(out / "export" / drawn, SENTENCE, device="cpu")
         save_heatmaps(attention, picture)
+        _record(out, picture.name)
         weights = attention.row("sat")
     table = Table(title=f"onnxformer demo: done in {time.perf_counter() - started:.0f} s")
     for column in ("model", "trained (held-out)", "export", "max parity diff", "runtime output"):
@@ -101,3 +119,53 @@ def demo_command(
     )
     console.print(f"attention from 'sat' in {SENTENCE!r} ({drawn}, averaged): {focus}")
     console.print(f"attention heatmaps: {picture}   (see also: onnxformer attention --help)")
+
+
+def _recorded(out: Path) -> set[str] | None:
+    """What OUT/demo.json lists; None if it is there but not the demo's."""
+    record = out / RECORD
+    if not record.exists() and not record.is_symlink():
+        return set()
+    try:
+        data = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("written_by") != WRITTEN_BY:
+        return None
+    written = data.get("written")
+    if not isinstance(written, list):
+        return None
+    return {name for name in written if isinstance(name, str)}
+
+
+def _check_written_by_demo(out: Path, targets: list[str]) -> None:
+    """Refuse a target that exists but that no earlier demo wrote (OUT/demo.json does not list it)."""
+    recorded = _recorded(out)
+    if recorded is None:
+        raise ConfigError(
+            f"refusing to replace {out / RECORD}: `onnxformer demo` did not write it; choose another --out "
+            "for the demo, e.g. a new folder"
+        )
+    for name in targets:
+        path = out / name
+        taken = path.is_file() or path.is_symlink() or (path.is_dir() and any(path.iterdir()))
+        if taken and name not in recorded:
+            raise ConfigError(
+                f"refusing to replace {path}: `onnxformer demo` did not write it ({out / RECORD} does not "
+                "list it); choose another --out for the demo, e.g. a new folder"
+            )
+
+
+def _record(out: Path, name: str) -> None:
+    """Add `name` to OUT/demo.json (written to a temporary file, then renamed over it)."""
+    written = sorted((_recorded(out) or set()) | {name})
+    data = json.dumps({"written_by": WRITTEN_BY, "written": written}, indent=2) + "\n"
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{RECORD}.", suffix=".tmp", dir=out)
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(data)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, out / RECORD)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

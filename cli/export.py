@@ -72,8 +72,9 @@ def export_command(
     decoder), an attention-weights graph, the model's blocks and tokenizer.json, with a manifest.json that
     records every file's sha256 and the parity to PyTorch measured at shapes other than the trace shapes.
     A graph that misses its tolerance fails the export and writes nothing. --optimize / --int8 then
-    rewrite the graphs in place as `onnxformer optimize` does. An existing model export at --out is
-    replaced only with --overwrite; any other non-empty folder is refused.
+    rewrite the graphs as `onnxformer optimize` does; if that fails too, nothing is written. An existing
+    model export at --out is replaced only with --overwrite, and only when the folder holds nothing but
+    what its manifest lists; any other non-empty folder is refused.
 
     A Hugging Face folder (BertModel, BertForMaskedLM, BertForSequenceClassification, sentence-transformers
     folders, GPT2LMHeadModel, T5ForConditionalGeneration, LlamaForCausalLM) is imported first, with its
@@ -81,6 +82,7 @@ def export_command(
     writes the files Optimum's ORTModel classes and transformers.js load (builder/export/layout.py)."""
     with user_errors(ctx):
         check_export_out(out, model=True, overwrite=overwrite)
+        from onnxformer.builder.export.folder import staged_export
         from onnxformer.builder.export.layout import check_layout_source, write_layout
         from onnxformer.builder.export.models import export_checkpoint
 
@@ -88,14 +90,16 @@ def export_command(
         # Optimum and transformers.js feed the copied decoder past in, past + new out.
         cache_update = kv_cache if layout == "onnxformer" else "concat"
 
-        with Progress(
+        progress = Progress(
             TextColumn("[bold]exporting[/] {task.description:<36}"),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
             console=Console(stderr=True),
             transient=True,
-        ) as progress:
+        )
+        # Every step writes the staging folder; --out gets the finished export or, if one fails, nothing.
+        with progress, staged_export(out) as staging:
             task = progress.add_task("", total=None)
 
             def advance(name: str, index: int, total: int) -> None:
@@ -103,7 +107,7 @@ def export_command(
 
             manifest = export_checkpoint(
                 checkpoint,
-                out,
+                staging,
                 opset=opset,
                 attentions=attentions,
                 blocks=blocks,
@@ -114,10 +118,11 @@ def export_command(
                 from onnxformer.builder.optimize import optimize_export
 
                 progress.update(task, description="optimizing (onnxformer optimize)")
-                manifest = optimize_export(out, out, quantize="int8" if int8 else None, kv_cache=cache_update)
+                quantize = "int8" if int8 else None
+                manifest = optimize_export(staging, staging, quantize=quantize, kv_cache=cache_update)
             if layout != "onnxformer":
                 progress.update(task, description=f"writing the {layout} layout")
-                manifest = write_layout(out, checkpoint, layout=layout)
+                manifest = write_layout(staging, checkpoint, layout=layout)
     if as_json:
         typer.echo(manifest.to_json())
         return

@@ -3,21 +3,25 @@
 Every command that writes names its target with `--out` (or an argument) and checks it here first:
 
 - an empty path is refused (a path of "" would otherwise mean the current folder);
-- a folder is written only where it is missing, empty, or holds an onnxformer output of the same kind; an
-  output of the same kind is replaced only with `--overwrite`; anything else is never touched;
-- a file (a PNG, a JSON report) replaces only a file of the same kind that onnxformer wrote, or any file
-  with `--overwrite`.
+- a folder is written only where it is missing, empty, or holds an onnxformer output of the same kind and
+  nothing else (its manifest.json or checkpoint.json lists what onnxformer wrote there: a `notes.txt` the
+  user added is named and the folder refused, even with `--overwrite`); an output of the same kind is
+  replaced only with `--overwrite`; anything else is never touched;
+- a PNG replaces only a heatmap that onnxformer wrote (it carries onnxformer's mark), and only with
+  `--overwrite`; a picture of the user's own is never replaced.
 
 The writers themselves stay atomic (onnxformer.builder.atomic): a refused or failed command leaves the
 target as it was.
 """
 
 import json
+import struct
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from onnxformer.runtime.attention import HEATMAP_SOFTWARE
 from onnxformer.runtime.errors import ConfigError
 
 MANIFEST = "manifest.json"
@@ -28,8 +32,10 @@ OVERWRITE_HELP = "Replace an earlier onnxformer output of the same kind at the t
 Overwrite = Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)]
 
 
-def parse_path(value: str) -> Path:
+def parse_path(value: str | Path) -> Path:
     """Typer parser for output paths: "" is refused instead of being read as the current folder."""
+    if isinstance(value, Path):  # a command's default
+        return value
     if not value.strip():
         raise typer.BadParameter("the path is empty; give a folder or file name")
     return Path(value)
@@ -60,13 +66,18 @@ def checkpoint_kind(folder: Path) -> str | None:
 def check_export_out(out: Path, *, model: bool, overwrite: bool, same_as: Path | None = None) -> None:
     """Refuse `out` for an export unless writing there loses nothing (see the module docstring).
     `same_as`: the folder being rewritten in place (optimize FOLDER FOLDER), always allowed."""
-    if same_as is not None and _same(out, same_as):
-        return
     wanted = "model export" if model else "blocks export"
+    if same_as is not None and _same(out, same_as):
+        _check_own_files(out, marker=MANIFEST)
+        return
     _check_folder(out, found=export_kind, wanted=wanted, marker=MANIFEST, overwrite=overwrite)
 
 
-def check_checkpoint_out(out: Path, *, overwrite: bool) -> None:
+def check_checkpoint_out(out: Path, *, overwrite: bool, resume: bool = False) -> None:
+    """`resume`: the run in `out` is continued; it must still hold nothing but the checkpoint."""
+    if resume:
+        _check_own_files(out, marker=CHECKPOINT)
+        return
     _check_folder(
         out, found=checkpoint_kind, wanted="training checkpoint", marker=CHECKPOINT, overwrite=overwrite
     )
@@ -79,16 +90,22 @@ def check_folder_out(out: Path, *, what: str) -> None:
 
 
 def check_png_out(out: Path, *, overwrite: bool) -> None:
-    """A PNG target: a .png name; an existing file is replaced only if it is a PNG that matplotlib wrote
-    (an earlier heatmap), or with --overwrite."""
+    """A PNG target: a .png name; an existing file is replaced only if it is a heatmap that onnxformer
+    wrote, and only with --overwrite."""
     if out.suffix.lower() != ".png":
         raise ConfigError(f"{out} does not end in .png; the picture is a PNG, so name it e.g. attention.png")
     if out.is_dir():
         raise ConfigError(f"{out} is a folder; give a file name such as {out / 'attention.png'}")
-    if out.exists() and not overwrite and not _written_by_matplotlib(out):
+    if not out.exists() and not out.is_symlink():
+        return
+    if not written_by_onnxformer(out):
         raise ConfigError(
-            f"refusing to replace {out}: it is not a PNG that onnxformer wrote; pass --overwrite to "
-            "replace it, or choose another name"
+            f"refusing to replace {out}: onnxformer did not write it; choose another name, or move it away"
+        )
+    if not overwrite:
+        raise ConfigError(
+            f"{out} already holds a heatmap onnxformer wrote; pass --overwrite to replace it, or choose "
+            "another name"
         )
 
 
@@ -108,19 +125,51 @@ def _check_folder(out: Path, *, found, wanted: str, marker: str, overwrite: bool
         raise ConfigError(
             f"refusing to replace {out}: it holds a {held}, not a {wanted}; choose another folder"
         )
+    _check_own_files(out, marker=marker)
     if not overwrite:
         raise ConfigError(
             f"{out} already holds a {held}; pass --overwrite to replace it, or choose another folder"
         )
 
 
-def _written_by_matplotlib(path: Path) -> bool:
+def _check_own_files(out: Path, *, marker: str) -> None:
+    """Refuse a folder that holds anything its marker does not list: the user's own files."""
+    from onnxformer.builder.atomic import foreign_entries, foreign_message, owned_paths
+
+    legacy = _unlisted_checkpoint_files() if marker == CHECKPOINT else frozenset()
+    owned = owned_paths(out, marker, legacy=legacy) if out.is_dir() else None
+    foreign = foreign_entries(out, owned) if owned is not None else []
+    if foreign:
+        raise ConfigError(foreign_message(out, foreign))
+
+
+def _unlisted_checkpoint_files() -> frozenset[str]:
+    """What a checkpoint.json from before checkpoints listed their files stood for."""
+    from onnxformer.builder.training.checkpoint import UNLISTED_FILES
+
+    return UNLISTED_FILES
+
+
+def written_by_onnxformer(path: Path) -> bool:
+    """Whether `path` is a PNG whose text chunks, before its image data, carry onnxformer's mark."""
     try:
         with open(path, "rb") as handle:
-            head = handle.read(4096)
+            if handle.read(8) != PNG_SIGNATURE:
+                return False
+            while header := handle.read(8):
+                if len(header) < 8:
+                    return False
+                length, kind = struct.unpack(">I4s", header)
+                if kind in (b"IDAT", b"IEND") or length > 1 << 20:
+                    return False
+                body = handle.read(length)
+                handle.seek(4, 1)  # the chunk's CRC
+                keyword, _, text = body.partition(b"\0")
+                if kind == b"tEXt" and keyword == b"Software" and text == HEATMAP_SOFTWARE.encode("latin-1"):
+                    return True
     except OSError:
         return False
-    return head.startswith(PNG_SIGNATURE) and b"Software" in head and b"Matplotlib" in head
+    return False
 
 
 def _same(first: Path, second: Path) -> bool:

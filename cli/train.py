@@ -5,6 +5,7 @@ Also runnable as `python -m onnxformer.cli.train FAMILY ...`, the entry torchrun
 """
 
 import contextlib
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -16,8 +17,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from onnxformer.cli.errors import user_errors
-from onnxformer.cli.outputs import check_checkpoint_out, parse_path
+from onnxformer.cli.errors import stderr, user_errors
+from onnxformer.cli.outputs import CHECKPOINT, check_checkpoint_out, parse_path
 from onnxformer.cli.printing import ResultConsole, echo_json
 from onnxformer.runtime.errors import ConfigError
 
@@ -211,7 +212,7 @@ def train_command(
 ) -> None:
     """Train a model and save a checkpoint (weights as safetensors, config, tokenizer.json, training state
     and a loss-curve PNG). The weights kept are those with the best held-out loss. A killed run continues
-    exactly with `--resume`."""
+    exactly with `--resume`; Ctrl-C says which step the checkpoint kept."""
     with user_errors(ctx):
         from onnxformer.builder.training import train
         from onnxformer.builder.training.distributed import Context, launch_command, launched_world_size
@@ -220,20 +221,41 @@ def train_command(
         target = out or Path("runs") / family
         if resume and overwrite:
             raise ConfigError("--resume continues the run in --out and --overwrite replaces it; use one")
-        if not resume:
-            check_checkpoint_out(target, overwrite=overwrite)  # an earlier run is never lost silently
+        # An earlier run is never lost silently, nor a file of the user's in the folder.
+        check_checkpoint_out(target, overwrite=overwrite, resume=resume)
         if nproc > 1 and launched_world_size() == 1:
             options.validated()  # a bad option fails here, once, not in every process
             Context(world_size=nproc).rows(batch_size)
             command = launch_command(nproc, "onnxformer.cli.train", _forwarded_args(ctx))
             raise typer.Exit(subprocess.run(command, check=False).returncode)
-        with training_progress(family) as display:
-            result = train(
-                target, options, resume=resume, changes=changes, progress=display, report=display.say
-            )
+        try:
+            with training_progress(family) as display:
+                result = train(
+                    target, options, resume=resume, changes=changes, progress=display, report=display.say
+                )
+        except KeyboardInterrupt:
+            _say_what_was_kept(family, target)
+            raise typer.Exit(130) from None
     if result.rank != 0:
         return
     _print_result(family, result, as_json=as_json)
+
+
+def _say_what_was_kept(family: str, target: Path) -> None:
+    """After Ctrl-C: the step the checkpoint in `target` holds, and how to continue from it."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    try:
+        meta = json.loads((target / CHECKPOINT).read_text(encoding="utf-8"))
+        step, steps = int(meta["step"]), int(meta["extra"]["train_options"]["steps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        message = f"interrupted: no checkpoint was saved in {target} yet, so there is nothing to resume"
+    else:
+        message = (
+            f"interrupted: {target} keeps the checkpoint of step {step} of {steps}; continue with "
+            f"`onnxformer train {family} --out {target} --resume`"
+        )
+    stderr.print(message, markup=False, soft_wrap=True)
 
 
 def _print_result(family: str, result: Any, *, as_json: bool) -> None:

@@ -33,6 +33,8 @@ from onnxformer.runtime.tokenizer import REPLACEMENT
 Kind = Literal["self", "cross"]
 KINDS: tuple[Kind, ...] = ("self", "cross")
 PLOT_HINT = 'pip install "onnxformer[plot]"'
+# The Software text of every heatmap PNG: how `onnxformer attention --out` knows a picture it may replace.
+HEATMAP_SOFTWARE = "onnxformer attention heatmap"
 # What the attentions graph may take (T5 self-attention feeds the decoder one token), and the `io`
 # output key of each kind ("{i}" in its name is the layer; each holds (1, H, Q, K)).
 FEEDABLE = ("input_ids", "attention_mask", "token_type_ids", "decoder_input_ids")
@@ -311,7 +313,8 @@ def check_plotting() -> None:
 
 def save_heatmaps(attention: AttentionMap, path: str | os.PathLike, *, title: str | None = None) -> Path:
     """A PNG grid of heatmaps, one per (layer, head): rows layers, columns heads, queries down, keys
-    across. Written to a temporary file beside `path`, then renamed over it."""
+    across. Written to a temporary file beside `path`, then renamed over it. The PNG's Software text is
+    HEATMAP_SOFTWARE: the mark by which the CLI tells its own pictures from the user's."""
     check_plotting()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -342,7 +345,7 @@ def save_heatmaps(attention: AttentionMap, path: str | os.PathLike, *, title: st
         raise InputError(f"cannot write {path}: {error.strerror}; choose another path") from None
     try:
         with os.fdopen(descriptor, "wb") as handle:
-            figure.savefig(handle, format="png", dpi=100)
+            figure.savefig(handle, format="png", dpi=100, metadata={"Software": HEATMAP_SOFTWARE})
         os.chmod(temporary, 0o644)  # mkstemp makes it private; the picture should read like any file
         os.replace(temporary, path)
     except BaseException:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from onnxformer.cli.main import app
+from onnxformer.cli.outputs import written_by_onnxformer
 
 runner = CliRunner()
 ENTRY = Path(sys.executable).parent / "onnxformer"
@@ -128,6 +129,15 @@ def test_demo_runs_the_whole_path(tmp_path: Path) -> None:
     for family in ("gpt", "bert", "t5"):
         assert (tmp_path / "export" / family / "manifest.json").is_file()
     assert (tmp_path / "attention_gpt.png").read_bytes().startswith(b"\x89PNG")
+    # What it wrote is listed, so a rerun with --overwrite may replace exactly those.
+    written = json.loads((tmp_path / "demo.json").read_text())["written"]
+    assert written == sorted(
+        ["attention_gpt.png", "bert", "gpt", "t5", *(f"export/{f}" for f in ("bert", "gpt", "t5"))]
+    )
+    assert written_by_onnxformer(tmp_path / "attention_gpt.png")
+    (tmp_path / "export" / "gpt" / "notes.txt").write_text("keep me")
+    again = runner.invoke(app, ["demo", "--out", str(tmp_path), "--steps", "2", "--overwrite"])
+    assert again.exit_code == 1 and "holds notes.txt, which onnxformer did not write" in again.stderr
 
 
 def test_demo_refuses_a_file_as_out(tmp_path: Path) -> None:

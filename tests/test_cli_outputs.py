@@ -105,8 +105,9 @@ def test_demo_checks_every_target_first(tmp_path: Path) -> None:
     (runs / "export").mkdir(parents=True)
     shutil.copytree(EXPORTED / "bert", runs / "export" / "bert")
     before = _digest(runs)
-    result = runner.invoke(app, ["demo", "--out", str(runs), "--steps", "2"])
-    assert result.exit_code == 1 and "--overwrite" in result.stderr
+    for flags in ([], ["--overwrite"]):  # an export the demo did not write, even with --overwrite
+        result = runner.invoke(app, ["demo", "--out", str(runs), "--steps", "2", *flags])
+        assert result.exit_code == 1 and "`onnxformer demo` did not write it" in result.stderr, result.output
     assert _digest(runs) == before and not (runs / "gpt").exists()
     a_file = tmp_path / "runs.txt"
     a_file.write_text("x")

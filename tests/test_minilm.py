@@ -176,7 +176,7 @@ def test_node_embeddings_equal_sentence_transformers(
 
 def test_attention_highlighter_on_a_real_model(minilm_export: Path) -> None:
     done = subprocess.run(
-        [*ATTENTION, str(minilm_export), "The cat sat on the mat.", "--token", "sat", "--no-png", "--json"],
+        [*ATTENTION, str(minilm_export), "The cat sat on the mat.", "--token", "sat", "--json"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -113,7 +113,7 @@ def test_staging_folders_of_dead_writers_are_swept_and_live_ones_kept(tmp_path: 
     from onnxformer.runtime.errors import ExportError
 
     def write(data: bytes) -> Path:
-        files = {"manifest.json": b"{}", "a.bin": data}
+        files = {"manifest.json": b'{"files": [{"path": "a.bin"}]}', "a.bin": data}
         return write_folder_atomically(
             tmp_path / "out", files, marker="manifest.json", error=ExportError, what="x"
         )

@@ -8,7 +8,9 @@
     history.json         loss curves (train and held-out) so far
     loss_curve.png       the curve as a picture (written by the trainer)
 
-A kill at any moment leaves the previous checkpoint whole (see onnxformer.builder.atomic).
+checkpoint.json lists the other files ("files"): a later save replaces those and refuses a folder that
+holds anything else. A kill at any moment leaves the previous checkpoint whole (see
+onnxformer.builder.atomic).
 """
 
 import io
@@ -24,7 +26,7 @@ from safetensors.torch import save as save_safetensors
 from tokenizers import Tokenizer
 from torch import nn
 
-from onnxformer.builder.atomic import write_folder_atomically
+from onnxformer.builder.atomic import check_replaceable, write_folder_atomically
 from onnxformer.builder.families import FAMILIES
 from onnxformer.builder.families.config import config_from_dict
 from onnxformer.runtime.errors import ConfigError, OnnxformerError
@@ -35,6 +37,9 @@ WEIGHTS_NAME = "model.safetensors"
 TOKENIZER_NAME = "tokenizer.json"
 STATE_NAME = "training_state.pt"
 HISTORY_NAME = "history.json"
+LOSS_CURVE_NAME = "loss_curve.png"
+# What a checkpoint.json written before it listed its files ("files") stood for.
+UNLISTED_FILES = frozenset({WEIGHTS_NAME, TOKENIZER_NAME, STATE_NAME, HISTORY_NAME, LOSS_CURVE_NAME})
 
 
 class CheckpointError(OnnxformerError):
@@ -87,17 +92,7 @@ def save_checkpoint(
     weights there and the latest in the training state.
     """
     family = _family_of(checkpoint.model)
-    meta = {
-        "format_version": CHECKPOINT_FORMAT,
-        "family": family,
-        "config": asdict(checkpoint.model.config),
-        "step": checkpoint.step,
-        "metrics": checkpoint.metrics,
-        "versions": versions,
-        "extra": checkpoint.extra,
-    }
     files = {
-        CHECKPOINT_NAME: json.dumps(meta, indent=2, sort_keys=True).encode(),
         WEIGHTS_NAME: save_safetensors(
             weights if weights is not None else unique_state_dict(checkpoint.model)
         ),
@@ -109,8 +104,27 @@ def save_checkpoint(
         buffer = io.BytesIO()
         torch.save(checkpoint.training_state, buffer)
         files[STATE_NAME] = buffer.getvalue()
+    meta = {
+        "format_version": CHECKPOINT_FORMAT,
+        "family": family,
+        "config": asdict(checkpoint.model.config),
+        "step": checkpoint.step,
+        "metrics": checkpoint.metrics,
+        "versions": versions,
+        "extra": checkpoint.extra,
+        "files": sorted(files),
+    }
+    files[CHECKPOINT_NAME] = json.dumps(meta, indent=2, sort_keys=True).encode()
     return write_folder_atomically(
-        out, files, marker=CHECKPOINT_NAME, error=CheckpointError, what="checkpoint"
+        out, files, marker=CHECKPOINT_NAME, error=CheckpointError, what="checkpoint", legacy=UNLISTED_FILES
+    )
+
+
+def check_checkpoint_target(out: str | os.PathLike) -> None:
+    """Raise CheckpointError unless saving to `out` loses nothing (see onnxformer.builder.atomic):
+    called before training, so a refused folder costs no training time."""
+    check_replaceable(
+        Path(out), marker=CHECKPOINT_NAME, error=CheckpointError, what="checkpoint", legacy=UNLISTED_FILES
     )
 
 

@@ -28,8 +28,10 @@ from onnxformer.builder.families import FAMILIES
 from onnxformer.builder.tokenizer import train_tokenizer
 from onnxformer.builder.training.checkpoint import (
     CHECKPOINT_NAME,
+    LOSS_CURVE_NAME,
     Checkpoint,
     CheckpointError,
+    check_checkpoint_target,
     load_checkpoint,
     save_checkpoint,
     unique_state_dict,
@@ -190,6 +192,7 @@ def train(
     started = time.perf_counter()
     out = Path(out)
     run = _load_run(out, options, changes) if resume else None
+    check_checkpoint_target(out)  # a folder holding the user's own files is refused before any training
     if run is not None:
         done = _already_complete(run, out, started)
         if done is not None:
@@ -308,7 +311,7 @@ def _train(
             }
             files = {}
             if final:
-                files["loss_curve.png"] = loss_curve_png(history, title=f"{options.family} {options.preset}")
+                files[LOSS_CURVE_NAME] = loss_curve_png(history, title=f"{options.family} {options.preset}")
             save_checkpoint(
                 out,
                 Checkpoint(options.family, current, tokenizer, step, metrics, history, training_state, extra),

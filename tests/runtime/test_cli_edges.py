@@ -159,15 +159,17 @@ def test_attention_png_paths_are_checked_first(tmp_path: Path) -> None:
     assert result.exit_code == 1 and ".png" in result.stderr and not text_file.exists()
     precious = tmp_path / "photo.png"
     precious.write_bytes(b"\x89PNG\r\n\x1a\n not a heatmap")
-    refused = runner.invoke(app, ["attention", folder, "The cat sat.", "--out", str(precious)])
-    assert refused.exit_code == 1 and "--overwrite" in refused.stderr
+    for flags in ([], ["--overwrite"]):  # a picture onnxformer did not write is never replaced
+        refused = runner.invoke(app, ["attention", folder, "The cat sat.", "--out", str(precious), *flags])
+        assert refused.exit_code == 1 and "onnxformer did not write it" in refused.stderr, refused.output
     assert precious.read_bytes() == b"\x89PNG\r\n\x1a\n not a heatmap"
     heatmap = tmp_path / "heat.png"
-    for _ in range(2):  # an earlier heatmap is replaced without --overwrite
-        again = runner.invoke(app, ["attention", folder, "The cat sat.", "--out", str(heatmap)])
-        assert again.exit_code == 0, again.output
-    forced = runner.invoke(app, ["attention", folder, "The cat sat.", "--out", str(precious), "--overwrite"])
-    assert forced.exit_code == 0 and precious.read_bytes() != b"\x89PNG\r\n\x1a\n not a heatmap"
+    first = runner.invoke(app, ["attention", folder, "The cat sat.", "--out", str(heatmap)])
+    assert first.exit_code == 0, first.output
+    again = runner.invoke(app, ["attention", folder, "The cat sat.", "--out", str(heatmap)])
+    assert again.exit_code == 1 and "pass --overwrite" in again.stderr  # an earlier heatmap: --overwrite
+    forced = runner.invoke(app, ["attention", folder, "The cat sat.", "--out", str(heatmap), "--overwrite"])
+    assert forced.exit_code == 0, forced.output
     empty = runner.invoke(app, ["attention", folder, "The cat sat.", "--out", ""])
     assert empty.exit_code == 2 and "empty" in empty.output
 
