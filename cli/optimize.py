@@ -77,6 +77,8 @@ def optimize_command(
     console.print(table)
     for path in record.get("int8_fp32_ffn_output", []):
         console.print(f"{path}: int8 missed the cosine bar, so its FFN output projections stay float32")
+    if "skipped" in record.get("tasks", {}):
+        console.print(f"task metrics not measured: {record['tasks']['skipped']}")
     for metric, change in record.get("tasks", {}).get("change", {}).items():
         before = record["tasks"]["original"][metric]
         console.print(f"{metric}: {before:.4f} -> {before + change:.4f} ({change:+.4f})")

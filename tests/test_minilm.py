@@ -153,3 +153,27 @@ def test_attention_highlighter_on_a_real_model(minilm_export: Path) -> None:
     result = json.loads(done.stdout)
     print(json.dumps(result)[:400])
     assert "sat" in json.dumps(result)
+
+
+def test_the_readmes_encode_example_embeds_without_a_classifier(minilm_export: Path) -> None:
+    """README: `onnxformer encode runs/minilm "The cat sat on the mat." "A cat is sitting on a rug."`.
+    all-MiniLM-L6-v2 has no classifier: the command prints embeddings and their similarity, no labels."""
+    from typer.testing import CliRunner
+
+    from onnxformer.cli.main import app
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    (line,) = [line for line in readme.splitlines() if line.startswith("onnxformer encode runs/minilm ")]
+    texts = line.split('"')[1::2]
+    assert len(texts) == 2
+    runner = CliRunner()
+    shown = runner.invoke(app, ["encode", str(minilm_export), *texts])
+    assert shown.exit_code == 0, shown.output
+    similarity = load(minilm_export).similarity(*texts)
+    assert "384-dimensional" in shown.output and "label" not in shown.output
+    assert f"cosine similarity #0 ~ #1: {similarity:.4f}" in shown.output
+    as_json = runner.invoke(app, ["encode", str(minilm_export), *texts, "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    payload = json.loads(as_json.stdout)
+    assert [set(row) for row in payload["results"]] == [{"text", "embedding"}] * 2
+    assert abs(payload["cosine_similarity"][0][1] - similarity) < 1e-6

@@ -10,6 +10,7 @@
 /* What a task runs (manifest `task`, runtime/manifest.py TASKS) and what it can feed each graph role: the
  * manifest's `io.<role>.inputs` names which of these the graph takes (runtime/manifest.py INPUT_NAMES). */
 static const char *const TASK_NAMES[] = {"generate", "encode", "seq2seq"};
+static const char *const TASK_ARTICLES[] = {"a", "an", "a"}; /* "an encode export" */
 static const char *const ENCODER_FEEDS[] = {"input_ids", "attention_mask", "token_type_ids", NULL};
 static const char *const DECODER_FEEDS[] = {"input_ids", "attention_mask", NULL};
 static const char *const SEQ2SEQ_ENCODER_FEEDS[] = {"input_ids", "attention_mask", NULL};
@@ -116,9 +117,9 @@ static int load_role(oxf_model *model, const cJSON *manifest, const char *role, 
       known |= strcmp(*feed, name->valuestring) == 0;
     if (!known)
       return oxf_fail(err, OXF_MANIFEST_ERROR,
-                      "%s: %sinputs names %.100s, which a %s export's %s cannot be fed; re-export the folder",
+                      "%s: %sinputs names %.100s, which %s %s export's %s cannot be fed; re-export the folder",
                       OXF_MANIFEST_NAME, where, cJSON_IsString(name) ? name->valuestring : "a non-string",
-                      TASK_NAMES[model->task], role);
+                      TASK_ARTICLES[model->task], TASK_NAMES[model->task], role);
     graph->inputs[i] = name->valuestring;
   }
   return oxf_session_create(model->folder, file->valuestring, &graph->session, err);

@@ -76,7 +76,7 @@ export class ExportModel {
         const file = manifest.graphs?.[role];
         if (typeof file !== "string") {
           throw new ManifestError(
-            `manifest.json has no graphs.${role} for a ${manifest.task} export; re-export`,
+            `manifest.json has no graphs.${role} for ${article(manifest.task)} ${manifest.task} export; re-export`,
           );
         }
         const graph = await folder.graph(file); // bytes and external weights, sha256-checked
@@ -100,4 +100,9 @@ function requireInteger(config, key) {
     throw new ManifestError(`manifest.json: config.${key} must be a positive integer; re-export`);
   }
   return config[key];
+}
+
+/** The indefinite article of `word`: "an" encode, "a" generate. */
+function article(word) {
+  return /^[aeiou]/.test(String(word)) ? "an" : "a";
 }
