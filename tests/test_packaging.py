@@ -4,19 +4,27 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_plain_install_gives_namespaced_packages(tmp_path: Path) -> None:
-    target = tmp_path / "site"
+@pytest.fixture(scope="module")
+def plain_install(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`pip install .` (not editable) into a folder of its own: the package as users get it."""
+    target = tmp_path_factory.mktemp("plain") / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
          "--target", str(target), str(ROOT)],
         check=True,
         capture_output=True,
     )  # fmt: skip
+    return target
+
+
+def test_plain_install_gives_namespaced_packages(plain_install: Path, tmp_path: Path) -> None:
+    target = plain_install
     top_level = sorted(p.name for p in target.iterdir() if not p.name.endswith((".dist-info", "bin")))
     assert top_level == ["onnxformer"]
     root = Path(__file__).resolve().parents[1]
@@ -39,6 +47,23 @@ def test_plain_install_gives_namespaced_packages(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(str(target))
+
+
+def test_bench_finds_the_clone_it_is_run_in(plain_install: Path, tmp_path: Path) -> None:
+    """A plain install holds no benchmarks/: `bench` run inside the clone uses the clone's (it gets as far
+    as checking its options), and outside any clone says to cd into one."""
+    # -P: the working folder is not put on sys.path (as for the installed `onnxformer` script), so the
+    # clone's own folders are not imported in place of the install.
+    command = [sys.executable, "-P", "-m", "onnxformer", "bench", "--peers", "--family", "nonesuch"]
+    env = {"PYTHONPATH": str(plain_install), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    where = [sys.executable, "-P", "-c", "import onnxformer.cli.bench as b; print(b.__file__)"]
+    installed = subprocess.run(where, env=env, cwd=ROOT, capture_output=True, text=True, check=True)
+    assert installed.stdout.startswith(str(plain_install))
+    inside = subprocess.run(command, env=env, cwd=ROOT / "docs", capture_output=True, text=True, check=False)
+    assert inside.returncode == 1 and inside.stderr.startswith("error: --family takes encoder"), inside.stderr
+    outside = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert outside.returncode == 1, outside.stderr
+    assert f"{tmp_path} is not inside one; cd into a clone of onnxformer" in outside.stderr
 
 
 def test_dependencies_keep_the_runtime_light() -> None:
