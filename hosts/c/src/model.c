@@ -62,9 +62,37 @@ static int cache_names(oxf_model *model, const cJSON *kv, const char *key_field,
   return 0;
 }
 
+/* Whether the JSON array `layout` holds exactly the `n` strings of `names`. */
+static bool layout_is(const cJSON *layout, const char *const *names, int n) {
+  if (!cJSON_IsArray(layout) || cJSON_GetArraySize(layout) != n) return false;
+  int i = 0;
+  for (const cJSON *item = layout->child; item; item = item->next, i++)
+    if (!cJSON_IsString(item) || strcmp(item->valuestring, names[i]) != 0) return false;
+  return true;
+}
+
+int oxf_check_cache_layout(const cJSON *manifest, oxf_error *err) {
+  static const char *const CONCAT[] = {"batch", "heads", "sequence", "head_dim"};
+  static const char *const IN_PLACE[] = {"batch", "heads", "max_sequence", "head_dim"};
+  const cJSON *kv = cJSON_GetObjectItemCaseSensitive(manifest, "kv_cache");
+  if (kv == NULL || cJSON_IsNull(kv)) return 0;
+  const cJSON *layout = cJSON_GetObjectItemCaseSensitive(kv, "layout");
+  if (layout_is(layout, IN_PLACE, 4))
+    return oxf_fail(err, OXF_MANIFEST_ERROR,
+                    "%s: kv_cache.layout says the decoder writes its cache in place (an `onnxformer optimize` "
+                    "export), which this host does not bind; optimize with --kv-cache concat for the C host",
+                    OXF_MANIFEST_NAME);
+  if (!layout_is(layout, CONCAT, 4))
+    return oxf_fail(err, OXF_MANIFEST_ERROR,
+                    "%s: kv_cache.layout must be [\"batch\", \"heads\", \"sequence\", \"head_dim\"]; re-export "
+                    "the folder with onnxformer",
+                    OXF_MANIFEST_NAME);
+  return 0;
+}
+
 static int read_layout(oxf_model *model, const cJSON *manifest, bool cross, oxf_error *err) {
   const cJSON *kv = oxf_json_get(manifest, "kv_cache", cJSON_Object, "", err);
-  if (kv == NULL) return -1;
+  if (kv == NULL || oxf_check_cache_layout(manifest, err) != 0) return -1;
   int64_t layers;
   if (oxf_json_int(cJSON_GetObjectItemCaseSensitive(kv, "layers"), 1, 1024, &layers, "kv_cache.layers",
                    err) ||
