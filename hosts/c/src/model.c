@@ -79,13 +79,14 @@ int oxf_check_cache_layout(const cJSON *manifest, oxf_error *err) {
   const cJSON *layout = cJSON_GetObjectItemCaseSensitive(kv, "layout");
   if (layout_is(layout, IN_PLACE, 4))
     return oxf_fail(err, OXF_MANIFEST_ERROR,
-                    "%s: kv_cache.layout says the decoder writes its cache in place (an `onnxformer optimize` "
-                    "export), which this host does not bind; optimize with --kv-cache concat for the C host",
+                    "%s: kv_cache.layout says the decoder writes its cache in place (an `onnxformer "
+                    "optimize` export), which this host does not bind; optimize with --kv-cache concat for "
+                    "the C host",
                     OXF_MANIFEST_NAME);
   if (!layout_is(layout, CONCAT, 4))
     return oxf_fail(err, OXF_MANIFEST_ERROR,
-                    "%s: kv_cache.layout must be [\"batch\", \"heads\", \"sequence\", \"head_dim\"]; re-export "
-                    "the folder with onnxformer",
+                    "%s: kv_cache.layout must be [\"batch\", \"heads\", \"sequence\", \"head_dim\"]; "
+                    "re-export the folder with onnxformer",
                     OXF_MANIFEST_NAME);
   return 0;
 }
@@ -145,7 +146,8 @@ static int load_role(oxf_model *model, const cJSON *manifest, const char *role, 
       known |= strcmp(*feed, name->valuestring) == 0;
     if (!known)
       return oxf_fail(err, OXF_MANIFEST_ERROR,
-                      "%s: %sinputs names %.100s, which %s %s export's %s cannot be fed; re-export the folder",
+                      "%s: %sinputs names %.100s, which %s %s export's %s cannot be fed; re-export the "
+                      "folder",
                       OXF_MANIFEST_NAME, where, cJSON_IsString(name) ? name->valuestring : "a non-string",
                       TASK_ARTICLES[model->task], TASK_NAMES[model->task], role);
     graph->inputs[i] = name->valuestring;
