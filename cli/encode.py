@@ -37,9 +37,9 @@ def encode_command(
     threads: Threads = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print embeddings (and labels) as JSON.")] = False,
 ) -> None:
-    """Embed texts (the export's sentence embeddings), compare them by cosine similarity, and, when the
-    export has a classifier, classify each (the built-in task: well-formed sentence or shuffled words; an
-    imported classifier's labels by number). Runs without torch."""
+    """Embed texts (the export's sentence embeddings) and compare them by cosine similarity; when the
+    export has a classifier, also classify each (the built-in task: well-formed sentence or shuffled
+    words). Runs without torch."""
     with user_errors(ctx):
         texts = gather_texts(texts, file, what="text")
         model = load_model(folder, "encode", device, threads)
