@@ -7,11 +7,12 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TimeElapsedColumn
 
 from onnxformer.cli.errors import user_errors
 from onnxformer.cli.options import NoTruncate, Seed
 from onnxformer.cli.outputs import parse_path
+from onnxformer.cli.printing import progress_bar
 
 console = Console(stderr=True, highlight=False)
 
@@ -72,9 +73,9 @@ def batch_command(
         )
         if ray is not None:
             _quiet_ray()
-        with Progress(
+        with progress_bar(
             "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), console=console, transient=True, disable=as_json,
+            TimeElapsedColumn(), disable=as_json,
         ) as bar:  # fmt: skip
             task = bar.add_task("records", total=None)
             run = run_batch(

@@ -12,7 +12,19 @@ from onnxformer.cli.errors import user_errors
 from onnxformer.cli.printing import console, echo_json, finite
 from onnxformer.runtime.errors import ConfigError
 
-CHECKOUT = Path(__file__).resolve().parents[1]  # the benchmark lives beside the package in the checkout
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the checkout, in an editable install
+BENCHMARK = Path("benchmarks") / "run.py"
+
+
+def find_checkout(*, package_root: Path = PACKAGE_ROOT, cwd: Path | None = None) -> Path | None:
+    """The source checkout that holds the benchmark (benchmarks/run.py, beside pyproject.toml): the one the
+    package runs from (an editable install), else the working folder or the nearest folder above it (a
+    plain `pip install .` run inside its clone); None outside any."""
+    here = (cwd or Path.cwd()).resolve()
+    for folder in (package_root, here, *here.parents):
+        if (folder / BENCHMARK).is_file() and (folder / "pyproject.toml").is_file():
+            return folder
+    return None
 
 
 def bench_command(
@@ -51,10 +63,14 @@ def bench_command(
     same thread count; then the runtime's start-up time and memory, the machine's SGEMM limit and int8's
     accuracy cost. Prints the tables; --out writes the JSON (medians, min/max, ratios, machine facts)."""
     with user_errors(ctx):
-        if not (CHECKOUT / "benchmarks" / "run.py").is_file():
-            raise ConfigError("the benchmark lives in the source checkout (benchmarks/); run it from a clone")
-        if str(CHECKOUT) not in sys.path:
-            sys.path.insert(0, str(CHECKOUT))
+        checkout = find_checkout()
+        if checkout is None:
+            raise ConfigError(
+                f"the benchmark lives in the source checkout ({BENCHMARK}), and {Path.cwd()} is not inside "
+                "one; cd into a clone of onnxformer and run it there"
+            )
+        if str(checkout) not in sys.path:
+            sys.path.insert(0, str(checkout))
         if peers:
             work = Path("runs/bench-peers") if work == Path("runs/bench") else work
             result = _run_peers(work, threads, repeats, warmup, quick, fresh, family)

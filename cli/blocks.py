@@ -5,13 +5,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from onnxformer.cli.errors import user_errors
 from onnxformer.cli.outputs import Overwrite, check_export_out, parse_path
-from onnxformer.cli.printing import console
+from onnxformer.cli.printing import console, progress_bar
 from onnxformer.runtime.errors import ConfigError
 
 
@@ -58,13 +57,11 @@ def export_blocks_command(
         from onnxformer.builder.export.parity import ParityRule
 
         total = len(select_blocks(block))
-        with Progress(
+        with progress_bar(
             TextColumn("[bold]exporting[/] {task.description:<48}"),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            console=Console(stderr=True),
-            transient=True,
         ) as progress:
             task = progress.add_task("", total=total)
 

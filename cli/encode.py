@@ -18,9 +18,9 @@ from onnxformer.cli.options import (
     noting_truncation,
 )
 from onnxformer.cli.printing import console, echo_json
-from onnxformer.runtime.encoder import LABELS
 
 PAIRS_SHOWN = 8  # texts up to which the pairwise cosines are printed unless asked otherwise
+EMBEDDING_SHOWN = 4  # values of each embedding the table shows when there are no labels (--json: all)
 
 
 def encode_command(
@@ -44,34 +44,40 @@ def encode_command(
     no_truncate: NoTruncate = False,
     device: Device = "auto",
     threads: Threads = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print embeddings and labels as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print embeddings (and labels) as JSON.")] = False,
 ) -> None:
-    """Embed texts (mean-pooled sentence embeddings), compare them by cosine similarity, and classify
-    each (the built-in task: well-formed sentence or shuffled words). Runs without torch."""
+    """Embed texts (the export's sentence embeddings) and compare them by cosine similarity; when the
+    export has a classifier, also classify each (the built-in task: well-formed sentence or shuffled
+    words). Runs without torch."""
     with user_errors(ctx):
         texts = gather_texts(texts, file, what="text")
         model = load_model(folder, "encode", device, threads)
         truncate = not no_truncate
         with noting_truncation(model, texts, truncate=truncate):
             embeddings = model.embed(texts, normalize=normalize, truncate=truncate)
-            classes = model.classify(texts, truncate=truncate)
+            classes = model.classify(texts, truncate=truncate) if model.has_classifier else None
     unit = embeddings / np.maximum(np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12)
     cosine = unit @ unit.T  # (N, N)
     if as_json:
-        rows = [
-            {"text": t, "embedding": e.tolist(), "label": c.label, "probabilities": c.probabilities.tolist()}
-            for t, e, c in zip(texts, embeddings, classes, strict=True)
-        ]
+        rows = [{"text": t, "embedding": e.tolist()} for t, e in zip(texts, embeddings, strict=True)]
+        for row, result in zip(rows, classes or (), strict=False):
+            row.update(label=result.label, probabilities=result.probabilities.tolist())
         payload = {"provider": model.provider, "normalized": normalize, "results": rows}
         if similarity != "none":
             payload["cosine_similarity"] = cosine.tolist()
         echo_json(payload, indent=None)
         return
     table = Table(title=f"{len(texts)} text(s), {embeddings.shape[1]}-dimensional embeddings")
-    for column in ("#", "text", "label", "p(label)"):
+    columns = ("#", "text", "label", "p(label)") if classes is not None else ("#", "text", "embedding")
+    for column in columns:
         table.add_column(column, overflow="fold")
-    for index, (text, result) in enumerate(zip(texts, classes, strict=True)):
-        name = LABELS.get(result.label, str(result.label))
+    for index, text in enumerate(texts):
+        if classes is None:  # no classifier (a sentence-transformers model): the embedding's first values
+            shown = " ".join(f"{value:+.4f}" for value in embeddings[index, :EMBEDDING_SHOWN])
+            table.add_row(str(index), text, f"[{shown}{' ...' * (embeddings.shape[1] > EMBEDDING_SHOWN)}]")
+            continue
+        result = classes[index]
+        name = model.label_names.get(result.label, str(result.label))
         table.add_row(str(index), text, name, f"{result.probabilities[result.label]:.3f}")
     console.print(table)
     _print_similarity(cosine, similarity)

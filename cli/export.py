@@ -5,13 +5,12 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from onnxformer.cli.errors import user_errors
 from onnxformer.cli.outputs import Overwrite, check_export_out, parse_path
-from onnxformer.cli.printing import console
+from onnxformer.cli.printing import console, progress_bar
 
 
 def export_command(
@@ -90,13 +89,11 @@ def export_command(
         # Optimum and transformers.js feed the copied decoder past in, past + new out.
         cache_update = kv_cache if layout == "onnxformer" else "concat"
 
-        progress = Progress(
+        progress = progress_bar(
             TextColumn("[bold]exporting[/] {task.description:<36}"),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            console=Console(stderr=True),
-            transient=True,
         )
         # Every step writes the staging folder; --out gets the finished export or, if one fails, nothing.
         with progress, staged_export(out) as staging:

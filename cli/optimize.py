@@ -47,9 +47,10 @@ def optimize_command(
     in place, unless --kv-cache concat), bias + GELU a BiasGelu, and with --int8 the MatMul weights become
     int8. The result is compared with the original on the export's golden
     inputs (fp32 must stay within the golden tolerance, int8 must keep a cosine of 0.99 to PyTorch), the
-    int8 accuracy cost on the built-in tasks is measured, and all of it is recorded in manifest.json
-    (extra.optimization). The runtime loads the new folder like any export. OUT may be FOLDER (rewritten
-    in place); another existing model export is replaced only with --overwrite."""
+    int8 accuracy cost on the built-in tasks is measured with the heads the export has (none for an
+    encoder without classifier or masked-LM head, such as all-MiniLM-L6-v2), and all of it is recorded in
+    manifest.json (extra.optimization). The runtime loads the new folder like any export. OUT may be
+    FOLDER (rewritten in place); another existing model export is replaced only with --overwrite."""
     with user_errors(ctx):
         if not fuse and not int8:
             raise ConfigError("--no-fuse without --int8 leaves nothing to do; add --int8, or drop --no-fuse")
@@ -77,6 +78,8 @@ def optimize_command(
     console.print(table)
     for path in record.get("int8_fp32_ffn_output", []):
         console.print(f"{path}: int8 missed the cosine bar, so its FFN output projections stay float32")
+    if "skipped" in record.get("tasks", {}):
+        console.print(f"task metrics not measured: {record['tasks']['skipped']}")
     for metric, change in record.get("tasks", {}).get("change", {}).items():
         before = record["tasks"]["original"][metric]
         console.print(f"{metric}: {before:.4f} -> {before + change:.4f} ({change:+.4f})")

@@ -69,10 +69,15 @@ def load_model(folder: Path, task: str, device: str, threads: int | None = None)
     model = load(folder, device=device, threads=threads)
     if model.task != task:
         raise ManifestError(
-            f"{folder} is a {model.family} export (task {model.task}); this command needs a {task} export "
+            f"{folder} is a {model.family} export (task {model.task}); this command needs {_a(task)} export "
             f"(use `onnxformer {model.task}` for {model.family})"
         )
     return model
+
+
+def _a(word: str) -> str:
+    """`word` with its indefinite article: "an encode", "a generate"."""
+    return f"{'an' if word[:1] in 'aeiou' else 'a'} {word}"
 
 
 def gather_texts(texts: list[str] | None, file: str | None, *, what: str) -> list[str]:

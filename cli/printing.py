@@ -12,6 +12,7 @@ from typing import Any
 
 import typer
 from rich.console import Console, ConsoleDimensions
+from rich.progress import Progress, ProgressColumn
 
 UNWRAPPED = 10_000  # columns, when nothing says how wide the output is
 
@@ -50,3 +51,10 @@ def echo_json(payload: Any, *, indent: int | None = 2, sort_keys: bool = False) 
         finite(payload), indent=indent, sort_keys=sort_keys, ensure_ascii=False, allow_nan=False
     )
     typer.echo(text)
+
+
+def progress_bar(*columns: str | ProgressColumn, disable: bool = False) -> Progress:
+    """A transient progress bar on standard error, shown only on a terminal: elsewhere (a pipe, a log
+    file) rich would print a blank line when it stops, which lands before an `error:` line."""
+    stderr = Console(stderr=True)
+    return Progress(*columns, console=stderr, transient=True, disable=disable or not stderr.is_interactive)

@@ -13,13 +13,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from onnxformer.cli.errors import stderr, user_errors
 from onnxformer.cli.outputs import CHECKPOINT, check_checkpoint_out, parse_path
-from onnxformer.cli.printing import ResultConsole, echo_json
+from onnxformer.cli.printing import ResultConsole, echo_json, progress_bar
 from onnxformer.runtime.errors import ConfigError
 
 console = ResultConsole(highlight=False, soft_wrap=True)
@@ -58,14 +57,12 @@ def training_progress(family: str) -> Iterator[TrainingDisplay]:
     if int(os.environ.get("RANK", "0")) != 0:
         yield TrainingDisplay(None)
         return
-    with Progress(
+    with progress_bar(
         TextColumn(f"[bold]training {family}[/]"),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("loss {task.fields[loss]:.3f}  {task.fields[speed]:,.0f} tok/s"),
         TimeRemainingColumn(),
-        console=Console(stderr=True),
-        transient=True,
     ) as progress:
         yield TrainingDisplay(progress)
 

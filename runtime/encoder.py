@@ -2,9 +2,11 @@
 
 Texts are framed as the manifest's `framing.text` says (<cls> + the text's tokens + <sep> for BERT), right
 padded with <pad> into batches, segment ids all 0 when the graph takes them, as in training. The graph
-returns every head at once (manifest `io.encoder.outputs` names them); each method asks ONNX Runtime only
-for the output it needs, and says so when the export has no such head. The built-in classifier was trained
-to tell a well-formed sentence (label 1) from the same words shuffled (label 0).
+returns every head it has at once (manifest `io.encoder.outputs` names them); each method asks ONNX Runtime
+only for the output it needs, and says so when the export has no such head. Every export embeds; a
+sentence-transformers model such as all-MiniLM-L6-v2 has no classifier (`has_classifier` is False), so it
+only embeds. The built-in classifier was trained to tell a well-formed sentence (label 1) from the same
+words shuffled (label 0); an imported classifier's labels are its own, known here only by number.
 
 A text longer than `max_length` ids (the framing's `max_length`: a sentence-transformers folder's
 max_seq_length; else the model's context) keeps its first tokens within its framing, as
@@ -49,6 +51,9 @@ class TextEncoder(ExportModel):
         self.max_length: int = self.framing.limit(self.max_len)
         self._encoder = export.sessions["encoder"]
         self._io = export.io("encoder")
+        self.has_classifier: bool = "class_logits" in self._io.outputs
+        # An imported checkpoint (manifest extra.source) was not trained on the built-in task.
+        self.label_names: dict[int, str] = {} if "source" in export.manifest.extra else dict(LABELS)
 
     def embed(
         self,
@@ -83,7 +88,8 @@ class TextEncoder(ExportModel):
     def classify(
         self, texts: str | list[str], *, batch_size: int = 32, truncate: bool = True
     ) -> Classification | list[Classification]:
-        """The class of each text (a list in, a list out); `truncate` as for `embed`."""
+        """The class of each text (a list in, a list out); `truncate` as for `embed`. An export without a
+        classifier (`has_classifier` False) refuses with a ManifestError."""
         single = isinstance(texts, str)
         rows = self._frame([texts] if single else texts, truncate=truncate)
         probabilities = _softmax(self._run(rows, "class_logits", batch_size))  # (N, num_labels)

@@ -2,6 +2,7 @@
 PyTorch at shapes other than the trace shapes; a parity miss is fatal."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -70,6 +71,16 @@ def test_parity_cases_avoid_trace_shape_and_cover_edges(spec) -> None:
     assert {case.batch for case in cases} == {1, 4}
     if spec.cached:
         assert {case.past for case in cases} == {0, 5}
+
+
+def test_the_readme_names_every_block_group_and_the_count() -> None:
+    """README.md's per-block section: as many files as the catalogue has blocks, every group named."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Per-block ONNX export") :].split("Every file:")[0]
+    (count,) = re.findall(r"— (\d+) files", section)
+    assert int(count) == len(CATALOG)
+    groups = {spec.name.split(".")[0] for spec in CATALOG}
+    assert {group for group in groups if f"(`{group}`" not in section} == set()
 
 
 def test_manifest_lists_every_block_with_sha_and_io(blocks_export: Path) -> None:

@@ -56,13 +56,16 @@ def c_host() -> Path:
     return BUILD / "onnxformer-c"
 
 
-def run(binary: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def run(
+    binary: Path, *args: str, timeout: float = 300, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
     result = subprocess.run(
         [str(binary), *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         env={**os.environ, **SANITIZERS},
+        cwd=cwd,
     )
     assert result.returncode not in (98, 99), f"sanitizer report:\n{result.stderr[-4000:]}"
     assert "ERROR: AddressSanitizer" not in result.stderr and "runtime error:" not in result.stderr, (
@@ -120,6 +123,47 @@ def test_every_golden_passes(c_host: Path, family: str) -> None:
     assert summary is not None and int(summary.group(3)) == 0
     manifest = json.loads((folder / "manifest.json").read_text())
     assert int(summary.group(1)) == len(manifest["files"])
+    _check_readme_row(family, lines, summary)
+
+
+def _readme_row(family: str) -> re.Match:
+    readme = (HOST / "README.md").read_text()
+    row = re.search(
+        rf"^\| exported/{family} \| (\d+) \| (\d+) passed \| (\S+) \((\S+) (\S+)\) \| (\d+) of (\d+)"
+        r"(?: exact|, largest difference (\S+)) \|$",
+        readme,
+        re.M,
+    )
+    assert row is not None, f"hosts/c/README.md's measured table has no exported/{family} row"
+    return row
+
+
+def _check_readme_row(family: str, lines: list[re.Match], summary: re.Match) -> None:
+    """hosts/c/README.md's measured row against this run: counts equal, differences within a factor of 2,
+    the largest graph difference where the README says, every difference under half its allowance."""
+    row = _readme_row(family)
+    assert (row.group(1), row.group(2)) == (summary.group(1), summary.group(2)), row.group(0)
+    graphs = [match for match in lines if match.group(2) == "graph"]
+    largest = max(graphs, key=lambda match: float(match.group(6)))
+    stated = float(row.group(3))
+    assert stated / 2 <= float(largest.group(6)) <= stated * 2, (row.group(0), largest.group(0))
+    assert (largest.group(3), largest.group(5)) == (row.group(4), row.group(5)), largest.group(0)
+    assert all(float(match.group(6)) < float(match.group(7)) / 2 for match in graphs)
+    ends = [match for match in lines if match.group(2) in ("greedy", "embedding")]
+    assert int(row.group(6)) == int(row.group(7)) == len(ends) > 0, row.group(0)
+    if row.group(8) is not None:
+        worst = max(float(match.group(6)) for match in ends)
+        assert float(row.group(8)) / 2 <= worst <= float(row.group(8)) * 2, (row.group(0), worst)
+
+
+def test_the_readmes_generate_line_prints_what_it_shows(c_host: Path) -> None:
+    readme = (HOST / "README.md").read_text()
+    command, shown = re.search(
+        r"^hosts/c/build/asan/onnxformer-c (generate .*)\n# (\{.*\})$", readme, re.M
+    ).groups()
+    result = run(c_host, *command.split(), cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == json.loads(shown)
 
 
 def _greedy_cases() -> list[tuple[str, dict]]:
@@ -552,6 +596,34 @@ def test_a_blocks_export_verifies_its_graphs_and_cannot_generate(c_host: Path, t
     assert f"{graph_outputs} passed, 0 failed" in result.stdout
     refused = run(c_host, "generate", str(folder), "--ids", "1")
     assert refused.returncode == 2 and 'is a "blocks" export, not a model' in refused.stderr
+
+
+def test_an_in_place_cache_is_refused_before_any_session(c_host: Path, tmp_path: Path) -> None:
+    """`onnxformer optimize`'s default decoder writes its cache in place, which this host does not bind:
+    verify and generate refuse the folder in one line, before ONNX Runtime runs any graph."""
+    folder = _copy(tmp_path, "gpt")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["kv_cache"]["layout"] = ["batch", "heads", "max_sequence", "head_dim"]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    for command in (["verify", str(folder)], ["generate", str(folder), "--ids", "1,90"]):
+        result = run(c_host, *command)
+        assert result.returncode == 2, result.stdout[-2000:] + result.stderr
+        assert result.stderr.count("\n") == 1 and "in place" in result.stderr, result.stderr
+        assert "optimize with --kv-cache concat" in result.stderr
+        assert not re.search(RESULT.pattern, result.stdout, re.M), result.stdout[-2000:]  # no golden ran
+    manifest["kv_cache"]["layout"] = ["batch", "sequence", "heads", "head_dim"]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    _check_fails(
+        c_host, folder, 'kv_cache.layout must be ["batch", "heads", "sequence", "head_dim"]', "verify"
+    )
+
+
+def test_an_input_the_task_cannot_feed_is_named(c_host: Path, tmp_path: Path) -> None:
+    folder = _copy(tmp_path, "bert")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["io"]["encoder"]["inputs"].append("pixel_values")
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    _check_fails(c_host, folder, "pixel_values, which an encode export's encoder cannot be fed", "verify")
 
 
 def test_a_golden_folder_outside_the_export_is_refused(c_host: Path, tmp_path: Path) -> None:

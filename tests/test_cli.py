@@ -13,6 +13,7 @@ from onnxformer.cli.outputs import written_by_onnxformer
 
 runner = CliRunner()
 ENTRY = Path(sys.executable).parent / "onnxformer"
+EXPORTED = Path(__file__).resolve().parents[1] / "exported"
 
 
 def test_help_lists_commands() -> None:
@@ -61,18 +62,35 @@ def test_verify_fails_on_tampered_file(blocks_copy: Path) -> None:
 
 
 def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
+    """Nothing before `error:` either: a progress bar that is not on a terminal prints no blank line."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "weights" / "model.safetensors").write_bytes(b"")
+    (tmp_path / "no-model").mkdir()
+    (tmp_path / "no-model" / "config.json").write_text('{"hidden_size": 8}')
+    texts = tmp_path / "texts.jsonl"
+    texts.write_text('{"text": "The cat sat."}\n')
+    out = ["--out", str(tmp_path / "x")]
     cases = [
         (["verify", str(tmp_path / "missing")], "does not exist"),
         (["verify", str(tmp_path)], "has no manifest.json"),
-        (["export-blocks", "--out", str(tmp_path / "x"), "--block", "nope"], "unknown block"),
-        (["export-blocks", "--out", str(tmp_path / "x"), "--opset", "3"], "opset must be"),
+        (["export-blocks", *out, "--block", "nope"], "unknown block"),
+        (["export-blocks", *out, "--opset", "3"], "opset must be"),
+        (["export", str(tmp_path / "empty"), *out], "is neither a checkpoint (no checkpoint.json"),
+        (["export", str(tmp_path / "weights"), *out], "(model.safetensors) but has no config.json"),
+        (["export", str(tmp_path / "no-model"), *out], "config.json names no transformers model"),
+        (["train", "gpt", "--steps", "0", *out], "steps must be"),
+        (["encode", str(EXPORTED / "gpt"), "a"], "this command needs an encode export"),
+        (["batch", str(EXPORTED / "bert"), str(texts), "--out", str(texts)], "is the input file"),
+        (["batch", str(EXPORTED / "bert"), str(texts), "--out", str(texts), "--overwrite"], "is the input"),
     ]
     for args, message in cases:
         result = runner.invoke(app, args)
         assert result.exit_code == 1, (args, result.output)
-        assert message in result.stderr
+        assert message in result.stderr, (args, result.stderr)
         assert "Traceback" not in result.output + result.stderr
-        assert result.stderr.strip().startswith("error:")
+        assert result.stderr.startswith("error:") and result.stderr.count("\n") == 1, (args, result.stderr)
+    assert texts.read_text() == '{"text": "The cat sat."}\n' and not (tmp_path / "x").exists()
 
 
 def test_debug_flag_shows_the_exception(tmp_path: Path) -> None:

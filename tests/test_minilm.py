@@ -7,6 +7,7 @@ builds one for users)."""
 
 import json
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NODE_HOST = ROOT / "hosts" / "node"
 TOLERANCE = 1e-5
 ATTENTION = [sys.executable, "-m", "onnxformer", "attention"]
+WEB_PAIR = ("A man is eating food.", "A man is eating a piece of bread.")  # hosts/web/README.md
 HANDWRITTEN = [
     "The cat sat on the mat.",
     "A man is playing a guitar on stage.",
@@ -156,22 +158,49 @@ def test_node_embeddings_equal_sentence_transformers(
         "const vectors = await model.embed(texts);\n"
         "const rows = vectors.map((v) => Array.from(v));\n"
         f"writeFileSync({json.dumps(str(tmp_path / 'out.json'))}, JSON.stringify(rows));\n"
+        f"const wasm = await openExport({json.dumps(str(minilm_export))}, {{ engine: 'wasm' }});\n"
+        f"const similarity = await wasm.similarity(...{json.dumps(list(WEB_PAIR))});\n"
+        f"writeFileSync({json.dumps(str(tmp_path / 'pair.json'))}, JSON.stringify(similarity));\n"
     )
     (tmp_path / "embed.mjs").write_text(script)
     done = subprocess.run([node, str(tmp_path / "embed.mjs")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     verified = subprocess.run(
-        [node, "bin/verify.js", str(minilm_export), "--engine", "all"],
+        [node, "bin/verify.js", str(minilm_export), "--engine", "all", "--json"],
         cwd=NODE_HOST,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert verified.returncode == 0, verified.stdout[-2000:] + verified.stderr[-2000:]
+    _check_the_web_readme(json.loads(verified.stdout), json.loads((tmp_path / "pair.json").read_text()))
     got = np.array(json.loads((tmp_path / "out.json").read_text()), dtype=np.float32)
     diff = float(np.abs(got - expected).max())
     print(f"all-MiniLM-L6-v2 in onnxruntime-node, {len(texts)} sentences: max abs diff {diff:.1e}")
     assert diff <= TOLERANCE
+
+
+def _check_the_web_readme(reports: list[dict], similarity: float) -> None:
+    """hosts/web/README.md's MiniLM figures against the page's library and engine (wasm) in Node: the check
+    count, the largest graph difference (within a factor of 2), and the similarity of its two sentences."""
+    readme = " ".join((ROOT / "hosts" / "web" / "README.md").read_text(encoding="utf-8").split())
+    stated = re.search(
+        r"\(`make minilm`: (\d+) layers, (\d+) heads, d_model (\d+)\).*? (\d+) checks passed, largest graph "
+        r'difference (\S+) .*?the similarity of "(.+?)" with "(.+?)" is (\S+), the Python',
+        readme,
+    )
+    assert stated is not None, "hosts/web/README.md no longer states the MiniLM figures this test checks"
+    assert tuple(stated.group(6, 7)) == WEB_PAIR
+    (wasm,) = [report for report in reports if report["engine"] == "wasm"]
+    graphs = [result for result in wasm["results"] if result["check"] == "graph"]
+    largest = max(result["maxAbsDiff"] for result in graphs)
+    assert wasm["ok"] and len(wasm["results"]) == int(stated.group(4))
+    assert float(stated.group(5)) / 2 <= largest <= float(stated.group(5)) * 2, largest
+    assert f"{similarity:.4f}" == stated.group(8) == f"{load(wasm['dir']).similarity(*WEB_PAIR):.4f}"
+    config = ExportFolder.open(wasm["dir"]).manifest.config
+    assert (config["n_layers"], config["n_heads"], config["d_model"]) == tuple(
+        map(int, stated.group(1, 2, 3))
+    )
 
 
 def test_attention_highlighter_on_a_real_model(minilm_export: Path) -> None:
@@ -185,3 +214,27 @@ def test_attention_highlighter_on_a_real_model(minilm_export: Path) -> None:
     result = json.loads(done.stdout)
     print(json.dumps(result)[:400])
     assert "sat" in json.dumps(result)
+
+
+def test_the_readmes_encode_example_embeds_without_a_classifier(minilm_export: Path) -> None:
+    """README: `onnxformer encode runs/minilm "The cat sat on the mat." "A cat is sitting on a rug."`.
+    all-MiniLM-L6-v2 has no classifier: the command prints embeddings and their similarity, no labels."""
+    from typer.testing import CliRunner
+
+    from onnxformer.cli.main import app
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    (line,) = [line for line in readme.splitlines() if line.startswith("onnxformer encode runs/minilm ")]
+    texts = line.split('"')[1::2]
+    assert len(texts) == 2
+    runner = CliRunner()
+    shown = runner.invoke(app, ["encode", str(minilm_export), *texts])
+    assert shown.exit_code == 0, shown.output
+    similarity = load(minilm_export).similarity(*texts)
+    assert "384-dimensional" in shown.output and "label" not in shown.output
+    assert f"cosine similarity #0 ~ #1: {similarity:.4f}" in shown.output
+    as_json = runner.invoke(app, ["encode", str(minilm_export), *texts, "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    payload = json.loads(as_json.stdout)
+    assert [set(row) for row in payload["results"]] == [{"text", "embedding"}] * 2
+    assert abs(payload["cosine_similarity"][0][1] - similarity) < 1e-6

@@ -114,7 +114,7 @@ def test_parity_miss_is_fatal(tiny_checkpoints, tmp_path: Path) -> None:
 
 
 def test_not_a_checkpoint(tmp_path: Path) -> None:
-    with pytest.raises(CheckpointError, match="not a checkpoint"):
+    with pytest.raises(CheckpointError, match=r"is neither a checkpoint .* nor a Hugging Face model folder"):
         export_checkpoint(tmp_path, tmp_path / "out")
 
 

@@ -82,6 +82,23 @@ def test_the_package_imports_in_the_checkouts_root(plain_install: Path) -> None:
     assert editable.stdout.split()[1] == str(ROOT / "runtime" / "__init__.py")
 
 
+def test_bench_finds_the_clone_it_is_run_in(plain_install: Path, tmp_path: Path) -> None:
+    """A plain install holds no benchmarks/: `bench` run inside the clone uses the clone's (it gets as far
+    as checking its options), and outside any clone says to cd into one."""
+    # -P: the working folder is not put on sys.path (as for the installed `onnxformer` script), so the
+    # clone's own folders are not imported in place of the install.
+    command = [sys.executable, "-P", "-m", "onnxformer", "bench", "--peers", "--family", "nonesuch"]
+    env = {"PYTHONPATH": str(plain_install), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    where = [sys.executable, "-P", "-c", "import onnxformer.cli.bench as b; print(b.__file__)"]
+    installed = subprocess.run(where, env=env, cwd=ROOT, capture_output=True, text=True, check=True)
+    assert installed.stdout.startswith(str(plain_install))
+    inside = subprocess.run(command, env=env, cwd=ROOT / "docs", capture_output=True, text=True, check=False)
+    assert inside.returncode == 1 and inside.stderr.startswith("error: --family takes encoder"), inside.stderr
+    outside = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert outside.returncode == 1, outside.stderr
+    assert f"{tmp_path} is not inside one; cd into a clone of onnxformer" in outside.stderr
+
+
 def test_dependencies_keep_the_runtime_light() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     base = " ".join(project["dependencies"]).lower()

@@ -201,3 +201,26 @@ def test_int8_that_misses_the_bar_keeps_the_ffn_outputs_fp32(tmp_path: Path, cap
     assert float_rows.count(config["d_ff"]) == config["n_layers"]  # every FFN output projection, in fp32
     ops = Counter(node.op_type for node in kept.graph.node)
     assert ops["MatMulInteger"] + ops["DynamicQuantizeMatMul"] > 0  # the rest is int8
+
+
+def test_int8_on_an_encoder_without_classifier(hf_folders: dict[str, Path], tmp_path: Path) -> None:
+    """A BertModel (sentence-transformers' kind: no classifier, no masked-LM head) gets past the task check
+    of `optimize --int8`, and of `export --int8` (which optimises the folder it wrote in place, as here):
+    nothing to score is recorded, where a missing class_logits output failed both."""
+    from onnxformer.cli.main import app
+
+    runner = CliRunner()
+    plain = tmp_path / "plain"
+    args = ["export", str(hf_folders["bert"]), "--no-blocks", "--no-attentions", "--out", str(plain)]
+    assert runner.invoke(app, args).exit_code == 0
+    shutil.copytree(plain, tmp_path / "in-place")
+    optimized = runner.invoke(app, ["optimize", str(plain), str(tmp_path / "opt"), "--int8"])
+    assert optimized.exit_code == 0, optimized.output
+    assert "task metrics not measured: the export has none of the heads" in optimized.output
+    optimize_export(tmp_path / "in-place", tmp_path / "in-place", quantize="int8")  # export --int8's step
+    for folder in ("opt", "in-place"):
+        record = ExportFolder.open(tmp_path / folder).manifest.extra["optimization"]
+        assert record["quantize"] == "int8" and set(record["tasks"]) == {"skipped"}, record["tasks"]
+        assert record["agreement"]["encoder.onnx"]["min_cosine"]["sentence_embedding"] >= 0.99
+    model = load(tmp_path / "opt")
+    assert not model.has_classifier and model.embed(["a cat", "a dog"]).shape == (2, 32)

@@ -33,9 +33,9 @@ from onnxformer.builder.export.recipes import recipe
 from onnxformer.builder.export.recipes.base import EndToEnd, ModelGraph, Recipe
 from onnxformer.builder.families.config import head_width, kv_heads
 from onnxformer.builder.tokenizer import special_tokens
-from onnxformer.builder.training.checkpoint import load_checkpoint
+from onnxformer.builder.training.checkpoint import CHECKPOINT_NAME, CheckpointError, load_checkpoint
 from onnxformer.builder.versions import tool_versions
-from onnxformer.runtime.errors import ExportError
+from onnxformer.runtime.errors import ExportError, ModelImportError, OnnxformerError
 from onnxformer.runtime.folder import ExportFolder, sha256_bytes
 from onnxformer.runtime.manifest import TASKS, FileEntry, Framing, Goldens, Manifest, Parity
 
@@ -137,10 +137,37 @@ def export_checkpoint(
             "Hugging Face model folder (config.json, model.safetensors, tokenizer.json): hub ids are never "
             "downloaded"
         )
-    source = (
-        pretrained_source(checkpoint) if is_pretrained_folder(checkpoint) else checkpoint_source(checkpoint)
-    )
+    if is_pretrained_folder(checkpoint):
+        source = pretrained_source(checkpoint)
+    elif (Path(checkpoint) / CHECKPOINT_NAME).is_file():
+        source = checkpoint_source(checkpoint)
+    else:
+        raise _not_a_model_folder(Path(checkpoint))
     return export_model(source, out, **options)
+
+
+# What a Hugging Face model folder holds besides config.json: seen without it, the folder is one missing it.
+HF_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "tokenizer_config.json")
+
+
+def _not_a_model_folder(folder: Path) -> OnnxformerError:
+    """Why `folder`, which has no checkpoint.json, is neither a checkpoint nor a Hugging Face folder."""
+    config = folder / "config.json"
+    if config.is_file():
+        return ModelImportError(
+            f"{config} names no transformers model (it has neither model_type nor architectures); restore "
+            "the config.json the model came with (save_pretrained writes it)"
+        )
+    found = [name for name in HF_FILES if (folder / name).is_file()]
+    if found:
+        return ModelImportError(
+            f"{folder} looks like a Hugging Face model folder ({found[0]}) but has no config.json; copy the "
+            "config.json that came with the model beside its weights (save_pretrained writes both)"
+        )
+    return CheckpointError(
+        f"{folder} is neither a checkpoint (no {CHECKPOINT_NAME}, which `onnxformer train` writes) nor a "
+        "Hugging Face model folder (no config.json, which save_pretrained writes); give one of those folders"
+    )
 
 
 def export_model(

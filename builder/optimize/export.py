@@ -70,6 +70,10 @@ FUSED_OPS = (
     "FastGelu",
 )
 MIN_COSINE = 0.99  # int8 must keep the main output's direction (embedding / logits) this close
+NOTHING_TO_SCORE = (
+    "the export has none of the heads the built-in tasks score (classifier, masked-LM head); int8's cost "
+    "is the embedding's cosine to PyTorch (agreement)"
+)
 
 
 def optimize_graph(
@@ -343,7 +347,8 @@ def _ort_version() -> str:
 
 
 def _task_costs(folder: str | os.PathLike, optimized: dict[str, bytes]) -> dict[str, Any]:
-    """Task metrics of the original and the optimised graphs, and the change (optimised - original)."""
+    """Task metrics of the original and the optimised graphs, and the change (optimised - original); only
+    `skipped` (why) when the export has no head the built-in tasks score."""
     from onnxformer.runtime.loader import open_export
 
     original = open_export(folder, device="cpu")
@@ -352,6 +357,8 @@ def _task_costs(folder: str | os.PathLike, optimized: dict[str, bytes]) -> dict[
     for path, data in optimized.items():
         sessions[roles[path]] = create_session(data, device="cpu")
     before = task_metrics(original)
+    if not before:
+        return {"skipped": NOTHING_TO_SCORE}
     after = task_metrics(dataclasses.replace(original, sessions=sessions))
     change = {name: after[name] - before[name] for name in before if name != "examples"}
     return {"original": before, "optimized": after, "change": change}

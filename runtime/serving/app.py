@@ -158,7 +158,8 @@ def _number(name: str, value: Any, kind: str, low: float | None, high: float | N
     if not numeric or not math.isfinite(value):
         raise RequestError(422, name, f"must be a number, got {value!r}")
     if (low is not None and value < low) or (high is not None and value > high):
-        raise RequestError(422, name, f"must be between {low} and {high}, got {value!r}")
+        bounds = f"at least {low}" if high is None else f"at most {high}" if low is None else None
+        raise RequestError(422, name, f"must be {bounds or f'between {low} and {high}'}, got {value!r}")
     return int(value) if kind == "int" else float(value)
 
 

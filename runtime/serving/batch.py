@@ -141,6 +141,10 @@ def run_batch(
     `progress` is called with the number of records done so far."""
     if isinstance(actors, bool) or not isinstance(actors, int) or actors < 1:
         raise InputError(f"actors must be an integer >= 1, got {actors!r}")
+    if _same_file(source, out):
+        raise InputError(
+            f"--out {out} is the input file; write the results to another file (the input is kept as it is)"
+        )
     check_output(out, overwrite=overwrite)
     kwargs = {"column": TEXT, "batch_size": batch_size, "options": options, "threads": threads}
     started = time.perf_counter()
@@ -165,6 +169,14 @@ def run_batch(
     lines = (output_line(r, task.output, _jsonable(v)) for r, v in zip(records, values, strict=True))
     written = write_lines(out, lines, overwrite=overwrite)
     return BatchRun(Path(out), written, task.name, mode, seconds)
+
+
+def _same_file(source: str | os.PathLike, out: str | os.PathLike) -> bool:
+    """Whether `out` names `source` (the same path, or a link or another path to the same file)."""
+    try:
+        return os.path.samefile(source, out)
+    except OSError:  # one of them does not exist (yet)
+        return Path(source).resolve() == Path(out).resolve()
 
 
 def chunks(records: list[Record], batch_size: int) -> Iterator[list[Record]]:

@@ -158,26 +158,39 @@ def end_to_end(context: EndToEnd) -> dict[str, Any]:
 
 
 def task_metrics(export: Any, limit: int) -> dict[str, float]:
-    """Classification accuracy and masked-token accuracy on the built-in held-out examples."""
-    import numpy as np
-
+    """Classification accuracy and masked-token accuracy on the built-in held-out examples, for the heads
+    the export has: classification only for a classifier trained on the built-in task (not imported), the
+    masked tokens for any masked-LM head. {} when there is neither (all-MiniLM-L6-v2 only embeds)."""
     from onnxformer.builder.data import classification_examples, split_held_out
     from onnxformer.builder.training.bert_task import BUILTIN_EXAMPLES
-    from onnxformer.runtime.decoding import right_pad
     from onnxformer.runtime.encoder import TextEncoder
 
     _, held_out = split_held_out(classification_examples(BUILTIN_EXAMPLES, seed=TRAIN_SEED), seed=TRAIN_SEED)
     examples = held_out[:limit]
     encoder = TextEncoder(export)
-    texts = [text for text, _ in examples]
-    results = encoder.classify(texts, batch_size=64)
-    classification = np.mean([r.label == label for r, (_, label) in zip(results, examples, strict=True)])
-    special = export.special
+    metrics: dict[str, float] = {}
+    if encoder.has_classifier and encoder.label_names:
+        results = encoder.classify([text for text, _ in examples], batch_size=64)
+        hits = [r.label == label for r, (_, label) in zip(results, examples, strict=True)]
+        metrics["classification_accuracy"] = sum(hits) / max(len(hits), 1)
+    if "mlm_logits" in export.io("encoder").outputs and "mask" in export.special:
+        metrics["masked_token_accuracy"] = _masked_token_accuracy(encoder, [t for t, y in examples if y == 1])
+    if metrics:
+        metrics["examples"] = float(len(examples))
+    return metrics
+
+
+def _masked_token_accuracy(encoder: Any, texts: list[str]) -> float:
+    """The share of masked tokens (MASK_RATE of each text's, at least one) the masked-LM head restores."""
+    import numpy as np
+
+    from onnxformer.runtime.decoding import right_pad
+    from onnxformer.runtime.model import pick
+
+    export, special = encoder.export, encoder.export.special
     rng = np.random.default_rng(1234)
     rows, targets = [], []
-    for text, label in examples:
-        if label != 1:
-            continue
+    for text in texts:
         ids = export.framing.ids(encoder.tokenizer.encode(text), special)
         inner = np.arange(1, len(ids) - 1)
         chosen = inner[rng.random(len(inner)) < MASK_RATE] if len(inner) else inner
@@ -188,21 +201,17 @@ def task_metrics(export: Any, limit: int) -> dict[str, float]:
             masked[position] = special["mask"]
         rows.append(masked)
         targets.append([(position, ids[position]) for position in chosen.tolist()])
+    io = export.io("encoder")
     hits = total = 0
-    session = export.sessions["encoder"]
     for start in range(0, len(rows), 64):
         ids, mask = right_pad(rows[start : start + 64], special["pad"])  # (B, T)
-        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-        (logits,) = session.run(feeds, ["mlm_logits"])  # (B, T, V)
+        feeds = pick(io, input_ids=ids, attention_mask=mask, token_type_ids=np.zeros_like(ids))
+        (logits,) = export.sessions["encoder"].run(feeds, [io.outputs["mlm_logits"]])  # (B, T, V)
         for row, wanted in enumerate(targets[start : start + 64]):
             for position, token in wanted:
                 hits += int(np.argmax(logits[row, position]) == token)
                 total += 1
-    return {
-        "classification_accuracy": float(classification),
-        "masked_token_accuracy": hits / max(total, 1),
-        "examples": float(len(examples)),
-    }
+    return hits / max(total, 1)
 
 
 def _show(model: Any, examples: tuple[str, ...]) -> list[str]:

@@ -338,6 +338,7 @@ int oxf_verify(const char *dir, oxf_result_fn on_result, void *user, oxf_verify_
   if (folder == NULL) return -1;
   sink out = {on_result, user, summary};
   int status = oxf_folder_check_all(folder, &summary->files_checked, err);
+  if (status == 0) status = oxf_check_cache_layout(folder->manifest, err);
   const cJSON *goldens = cJSON_GetObjectItemCaseSensitive(folder->manifest, "goldens");
   const cJSON *graphs = cJSON_GetObjectItemCaseSensitive(goldens, "graphs");
   if (status == 0 && !cJSON_IsArray(graphs))

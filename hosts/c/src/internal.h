@@ -140,6 +140,9 @@ struct oxf_model {
 /* The graph output name of `key` (io.<role>.outputs), or NULL with `err` filled. */
 const char *oxf_output_name(const graph_role *graph, const char *key, const char *role, oxf_error *err);
 int oxf_model_from_folder(oxf_folder *folder, oxf_model **model, oxf_error *err);
+/* A manifest's kv_cache.layout (when it has a kv_cache) must be the one this host feeds: past in, past +
+   new out. An in-place cache (`onnxformer optimize`'s default) is refused before any session is made. */
+int oxf_check_cache_layout(const cJSON *manifest, oxf_error *err);
 void oxf_model_detach(oxf_model *model); /* close without closing the folder */
 
 #endif

@@ -10,6 +10,7 @@
 /* What a task runs (manifest `task`, runtime/manifest.py TASKS) and what it can feed each graph role: the
  * manifest's `io.<role>.inputs` names which of these the graph takes (runtime/manifest.py INPUT_NAMES). */
 static const char *const TASK_NAMES[] = {"generate", "encode", "seq2seq"};
+static const char *const TASK_ARTICLES[] = {"a", "an", "a"}; /* "an encode export" */
 static const char *const ENCODER_FEEDS[] = {"input_ids", "attention_mask", "token_type_ids", NULL};
 static const char *const DECODER_FEEDS[] = {"input_ids", "attention_mask", NULL};
 static const char *const SEQ2SEQ_ENCODER_FEEDS[] = {"input_ids", "attention_mask", NULL};
@@ -61,9 +62,38 @@ static int cache_names(oxf_model *model, const cJSON *kv, const char *key_field,
   return 0;
 }
 
+/* Whether the JSON array `layout` holds exactly the `n` strings of `names`. */
+static bool layout_is(const cJSON *layout, const char *const *names, int n) {
+  if (!cJSON_IsArray(layout) || cJSON_GetArraySize(layout) != n) return false;
+  int i = 0;
+  for (const cJSON *item = layout->child; item; item = item->next, i++)
+    if (!cJSON_IsString(item) || strcmp(item->valuestring, names[i]) != 0) return false;
+  return true;
+}
+
+int oxf_check_cache_layout(const cJSON *manifest, oxf_error *err) {
+  static const char *const CONCAT[] = {"batch", "heads", "sequence", "head_dim"};
+  static const char *const IN_PLACE[] = {"batch", "heads", "max_sequence", "head_dim"};
+  const cJSON *kv = cJSON_GetObjectItemCaseSensitive(manifest, "kv_cache");
+  if (kv == NULL || cJSON_IsNull(kv)) return 0;
+  const cJSON *layout = cJSON_GetObjectItemCaseSensitive(kv, "layout");
+  if (layout_is(layout, IN_PLACE, 4))
+    return oxf_fail(err, OXF_MANIFEST_ERROR,
+                    "%s: kv_cache.layout says the decoder writes its cache in place (an `onnxformer "
+                    "optimize` export), which this host does not bind; optimize with --kv-cache concat for "
+                    "the C host",
+                    OXF_MANIFEST_NAME);
+  if (!layout_is(layout, CONCAT, 4))
+    return oxf_fail(err, OXF_MANIFEST_ERROR,
+                    "%s: kv_cache.layout must be [\"batch\", \"heads\", \"sequence\", \"head_dim\"]; "
+                    "re-export the folder with onnxformer",
+                    OXF_MANIFEST_NAME);
+  return 0;
+}
+
 static int read_layout(oxf_model *model, const cJSON *manifest, bool cross, oxf_error *err) {
   const cJSON *kv = oxf_json_get(manifest, "kv_cache", cJSON_Object, "", err);
-  if (kv == NULL) return -1;
+  if (kv == NULL || oxf_check_cache_layout(manifest, err) != 0) return -1;
   int64_t layers;
   if (oxf_json_int(cJSON_GetObjectItemCaseSensitive(kv, "layers"), 1, 1024, &layers, "kv_cache.layers",
                    err) ||
@@ -116,9 +146,10 @@ static int load_role(oxf_model *model, const cJSON *manifest, const char *role, 
       known |= strcmp(*feed, name->valuestring) == 0;
     if (!known)
       return oxf_fail(err, OXF_MANIFEST_ERROR,
-                      "%s: %sinputs names %.100s, which a %s export's %s cannot be fed; re-export the folder",
+                      "%s: %sinputs names %.100s, which %s %s export's %s cannot be fed; re-export the "
+                      "folder",
                       OXF_MANIFEST_NAME, where, cJSON_IsString(name) ? name->valuestring : "a non-string",
-                      TASK_NAMES[model->task], role);
+                      TASK_ARTICLES[model->task], TASK_NAMES[model->task], role);
     graph->inputs[i] = name->valuestring;
   }
   return oxf_session_create(model->folder, file->valuestring, &graph->session, err);

@@ -12,6 +12,7 @@
 import { Engine, loadEngine } from "./engine.js";
 import { GoldenError } from "./errors.js";
 import { ExportFolder } from "./folder.js";
+import { refuseInPlaceCache } from "./kvcache.js";
 import { openFolder } from "./open.js";
 import { decodeTensorProto } from "./tensorproto.js";
 
@@ -26,6 +27,7 @@ export async function verifyExport(dir, { engine = "native", threads } = {}) {
 
 /** `verifyExport` on an opened folder, on an engine named or given (an Engine, as a web page makes). */
 export async function verifyFolder(folder, { engine = "native", threads } = {}) {
+  refuseInPlaceCache(folder.manifest.kv_cache);
   for (const entry of folder.manifest.files) await folder.read(entry.path);
   const goldens = folder.manifest.goldens;
   if (goldens == null || !Array.isArray(goldens.graphs)) {

@@ -10,17 +10,25 @@ import { CACHE_LAYOUT } from "./manifest.js";
 // The layout of an in-place cache (Python runtime only), refused with its own message.
 const IN_PLACE_LAYOUT = ["batch", "heads", "max_sequence", "head_dim"];
 
+/**
+ * Refuse a manifest `kv_cache` whose decoder writes its cache in place (`onnxformer optimize`'s default),
+ * which this host does not bind: called before any session is made (opening, verifying).
+ */
+export function refuseInPlaceCache(kvCache) {
+  if (JSON.stringify(kvCache?.layout) === JSON.stringify(IN_PLACE_LAYOUT)) {
+    throw new ManifestError(
+      "manifest.json: kv_cache.layout says the decoder writes its cache in place (an `onnxformer optimize` " +
+        "export), which this host does not bind; optimize with --kv-cache concat for Node and the browser",
+    );
+  }
+}
+
 export class CacheLayout {
   constructor(kvCache, { cross }) {
     if (kvCache === null || typeof kvCache !== "object") {
       throw new ManifestError("manifest.json: kv_cache is missing; re-export the folder with onnxformer");
     }
-    if (JSON.stringify(kvCache.layout) === JSON.stringify(IN_PLACE_LAYOUT)) {
-      throw new ManifestError(
-        "manifest.json: kv_cache.layout says the decoder writes its cache in place (an `onnxformer optimize` " +
-          "export), which this host does not bind; optimize with --kv-cache concat for Node and the browser",
-      );
-    }
+    refuseInPlaceCache(kvCache);
     if (JSON.stringify(kvCache.layout) !== JSON.stringify(CACHE_LAYOUT)) {
       throw new ManifestError(
         `manifest.json: kv_cache.layout must be ${JSON.stringify(CACHE_LAYOUT)}, got ` +

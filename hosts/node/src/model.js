@@ -75,9 +75,8 @@ export class ExportModel {
       for (const role of this.roles) {
         const file = manifest.graphs?.[role];
         if (typeof file !== "string") {
-          throw new ManifestError(
-            `manifest.json has no graphs.${role} for a ${manifest.task} export; re-export`,
-          );
+          const kind = `${article(manifest.task)} ${manifest.task} export`;
+          throw new ManifestError(`manifest.json has no graphs.${role} for ${kind}; re-export`);
         }
         const graph = await folder.graph(file); // bytes and external weights, sha256-checked
         graphs[role] = await engine.createSession(graph.bytes, folder.entry(file), graph.externalData);
@@ -100,4 +99,9 @@ function requireInteger(config, key) {
     throw new ManifestError(`manifest.json: config.${key} must be a positive integer; re-export`);
   }
   return config[key];
+}
+
+/** The indefinite article of `word`: "an" encode, "a" generate. */
+function article(word) {
+  return /^[aeiou]/.test(String(word)) ? "an" : "a";
 }

@@ -12,17 +12,18 @@ import { promisify } from "node:util";
 
 import { sha256Hex } from "../src/folder.js";
 import { exportDir, scratchCopy } from "./helpers.js";
+import { near, sampleOutput } from "./readme.js";
 
 const VERIFY = fileURLToPath(new URL("../bin/verify.js", import.meta.url));
+const HOST = fileURLToPath(new URL("..", import.meta.url));
 
 async function verify(...args) {
   try {
-    const { stdout, stderr } = await promisify(execFile)(process.execPath, [
-      VERIFY,
-      ...args,
-      "--threads",
-      "1",
-    ]);
+    const { stdout, stderr } = await promisify(execFile)(
+      process.execPath,
+      [VERIFY, ...args, "--threads", "1"],
+      { cwd: HOST },
+    );
     return { code: 0, stdout, stderr };
   } catch (error) {
     return { code: error.code, stdout: error.stdout, stderr: error.stderr };
@@ -35,6 +36,25 @@ test("verify prints each golden's difference and exits 0", async () => {
   assert.match(stdout, /on native: \d+ passed, 0 failed/);
   assert.match(stdout, /ok {3}encoder\.onnx \[B=1 T=4\] sentence_embedding {2}max diff \d\.\d\de-\d+ <= /);
   assert.match(stdout, /ok {3}embedding "" {2}max diff/);
+});
+
+test("README.md's sample output is what verify prints", async () => {
+  const sample = sampleOutput();
+  const { code, stdout } = await verify("../../exported/gpt"); // as the README runs it, from hosts/node
+  assert.equal(code, 0, stdout);
+  const lines = stdout.trimEnd().split("\n");
+  assert.equal(sample[0], lines[0]);
+  for (const line of sample.slice(1).filter((text) => text.trim() !== "...")) {
+    const stated = line.match(/^(.* max diff )(\S+)( <= \S+)$/);
+    if (stated === null) {
+      assert.ok(lines.includes(line), `verify printed no line ${JSON.stringify(line)}`);
+      continue;
+    }
+    const printed = lines.find((text) => text.startsWith(stated[1]) && text.endsWith(stated[3]));
+    assert.ok(printed, `verify printed no line like ${JSON.stringify(line)}`);
+    const measured = Number(printed.slice(stated[1].length).split(" ")[0]);
+    assert.ok(near(measured, Number(stated[2])), `${line}: measured ${measured}`);
+  }
 });
 
 test("verify --json gives one report per engine", async () => {

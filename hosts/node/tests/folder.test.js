@@ -7,7 +7,17 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { test } from "node:test";
 
-import { checkRelativePath, ExportFolder, ManifestError, openExport, verifyExport } from "../src/index.js";
+import {
+  checkRelativePath,
+  Engine,
+  ExportFolder,
+  loadEngine,
+  ManifestError,
+  openExport,
+  openFolder,
+  verifyExport,
+  verifyFolder,
+} from "../src/index.js";
 import { scratchCopy } from "./helpers.js";
 
 async function flipByte(file, offset) {
@@ -200,9 +210,27 @@ test("the manifest's task picks the class; an unknown task or an unfeedable inpu
     ),
     /kv_cache\.layout must be/,
   );
+  await refused(
+    openExport(await withManifest(t, "bert", (m) => delete m.graphs.encoder)),
+    /^manifest\.json has no graphs\.encoder for an encode export; re-export$/,
+  );
 });
 
 test("an in-place KV cache (onnxformer optimize) is refused with the option that makes one this host runs", async (t) => {
   const inPlace = (m) => (m.kv_cache.layout = ["batch", "heads", "max_sequence", "head_dim"]);
-  await refused(openExport(await withManifest(t, "gpt", inPlace)), /in place .*--kv-cache concat/);
+  const dir = await withManifest(t, "gpt", inPlace);
+  await refused(openExport(dir), /in place .*--kv-cache concat/);
+  // verify refuses it first too: no session is made (an optimised decoder would fail on the engine).
+  const native = await loadEngine("native");
+  const created = [];
+  class Counting extends Engine {
+    async createSession(bytes, entry, externalData) {
+      created.push(entry.path);
+      return super.createSession(bytes, entry, externalData);
+    }
+  }
+  const engine = new Counting(native.name, native.ort, { threads: 1 });
+  await refused(verifyFolder(await ExportFolder.open(dir), { engine }), /in place .*--kv-cache concat/);
+  await refused(openFolder(await ExportFolder.open(dir), { engine }), /in place/);
+  assert.deepEqual(created, []);
 });
