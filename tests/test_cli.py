@@ -1,6 +1,7 @@
 """The `onnxformer` command, through CliRunner and through the installed entry point."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -47,7 +48,9 @@ def test_export_blocks_table(tmp_path: Path) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "residual.post_ln.onnx" in result.stdout
-    assert "largest difference to PyTorch" in result.stdout
+    assert re.search(r"closest to its limit: \d+% of the allowance \(--factor 16\)", result.stdout)
+    refused = runner.invoke(app, [*args[:2], str(tmp_path / "c"), *args[3:], "--factor", "0.5"])
+    assert refused.exit_code != 0 and "--factor must be a number >= 1" in refused.output
 
 
 def test_verify_fails_on_tampered_file(blocks_copy: Path) -> None:

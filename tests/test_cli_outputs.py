@@ -93,10 +93,10 @@ def test_optimize_checks_its_target_and_options(tmp_path: Path, model_export: Pa
     assert nothing.exit_code == 1 and "--int8" in nothing.stderr and "quantize=" not in nothing.stderr
 
 
-def test_export_blocks_tolerance_is_checked_first(tmp_path: Path) -> None:
-    for bad in ("-1", "0", "nan", "inf"):
-        result = runner.invoke(app, ["export-blocks", "--tolerance", bad, "--out", str(tmp_path / bad)])
-        assert result.exit_code == 1 and "--tolerance must be a number > 0" in result.stderr, bad
+def test_export_blocks_factor_is_checked_first(tmp_path: Path) -> None:
+    for bad in ("-1", "0", "0.5", "nan", "inf"):
+        result = runner.invoke(app, ["export-blocks", "--factor", bad, "--out", str(tmp_path / bad)])
+        assert result.exit_code == 1 and "--factor must be a number >= 1" in result.stderr, bad
         assert not (tmp_path / bad).exists()
 
 
