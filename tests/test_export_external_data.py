@@ -161,7 +161,7 @@ def test_a_graph_past_the_threshold_moves_out_before_it_is_serialised(
     monkeypatch.setattr(pipeline, "check_graph_with_weights", lambda *a: checked.append(a) or original(*a))
     spec = encoder_spec("pre", "gelu", "none")
     module = build_block(spec, seed=0)
-    exported = pipeline.export_one(block_graph(spec, seed=0), module, tolerance=1e-5)
+    exported = pipeline.export_one(block_graph(spec, seed=0), module)
     graph, weights = exported.entries[0], exported.entries[1]
     assert len(checked) == 1, "the checker ran on the graph with its weights file"
     assert weights.path == graph.path + ".data" and weights.weights_of == graph.path
