@@ -257,3 +257,39 @@ def _model_mutated(family: str, change) -> str:
 def test_malformed_contract_fields_name_the_problem(family, change, message) -> None:
     with pytest.raises(ManifestError, match=message):
         Manifest.from_json(_model_mutated(family, change))
+
+
+def _float64_manifest() -> Manifest:
+    from onnxformer.runtime.manifest import GoldenCase, GoldenGraph, Goldens
+
+    parity = Parity(
+        0.0, 10, {"output": 2e-7}, ("B=1 T=1 P=0 S=4",), max_abs_value={"output": 3.0}, reference="float64",
+        factor=16.0, floor=4.8e-7, error={"output": 2e-7}, torch_error={"output": 1e-7}, used={"output": 0.1},
+    )  # fmt: skip
+    entry = _manifest().files[0]
+    case = GoldenCase("goldens/ffn.gelu/test_data_set_0", "B=1", ("hidden_states",), ("output",), (3e-6,))
+    goldens = Goldens((GoldenGraph("ffn.gelu.onnx", 0.0, 1e-6, (case,)),))
+    listed = [f"{case.dir}/{name}_0.pb" for name in ("input", "output")]
+    golden_files = tuple(FileEntry(path, "b" * 64, 1, "golden", {}, (), ()) for path in listed)
+    files = (FileEntry(**{**entry.__dict__, "parity": parity}), *golden_files)
+    return Manifest(export_kind="blocks", opset=18, versions={}, files=files, goldens=goldens)
+
+
+def test_the_float64_figures_round_trip_and_are_checked() -> None:
+    manifest = _float64_manifest()
+    assert Manifest.from_json(manifest.to_json()) == manifest
+    assert manifest.files[0].parity.problem() is None
+    over = Parity(0.0, 1, {"output": 1.0}, reference="float64", error={"output": 1.0}, used={"output": 1.5})
+    assert "used 1.5x its allowance" in over.problem()
+    data = json.loads(manifest.to_json())
+    data["goldens"]["graphs"][0]["cases"][0]["allowed"] = [1e-6, 2e-6]  # two numbers for one output
+    with pytest.raises(
+        ManifestError, match=r"cases\[0\]\.allowed must be null or one number >= 0 per output"
+    ):
+        Manifest.from_json(json.dumps(data))
+    data["goldens"]["graphs"][0]["cases"][0]["allowed"] = None  # an int8 folder: the graph's atol applies
+    assert Manifest.from_json(json.dumps(data)).goldens.graphs[0].cases[0].allowed is None
+    data = json.loads(manifest.to_json())
+    data["files"][0]["parity"]["reference"] = "float16"
+    with pytest.raises(ManifestError, match=r"parity\.reference must be 'float32' or 'float64'"):
+        Manifest.from_json(json.dumps(data))
