@@ -686,7 +686,7 @@ def test_bert_outputs_match_pytorch(checkpoint_dirs: dict[str, Path], bert: Text
     import torch
 
     model = checkpoint_model(checkpoint_dirs, "bert")
-    ids, mask = (torch.from_numpy(a) for a in right_pad(bert._frame(TEXTS), 0))
+    ids, mask = (torch.from_numpy(a) for a in right_pad(bert._frame(TEXTS, truncate=False), 0))
     with torch.no_grad():
         out = model(ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids))
     embedding_diff = float(np.abs(bert.embed(TEXTS) - out.sentence_embedding.numpy()).max())
