@@ -22,13 +22,16 @@ import gc
 import os
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from onnxformer.runtime.errors import ConfigError
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
 
 TIMEOUT = timedelta(minutes=10)  # a rank that never arrives ends the run with an error, not a hang
 
@@ -40,7 +43,7 @@ class Context:
     device: torch.device = torch.device("cpu")  # noqa: RUF009 - immutable
     owns_group: bool = False  # this run initialised the process group and destroys it at the end
     fsdp: bool = False
-    mesh: Any = field(default=None, repr=False)  # FSDP's device mesh, once `wrap` has made it
+    mesh: "DeviceMesh | None" = field(default=None, repr=False)  # FSDP's device mesh, made by `wrap`
 
     @property
     def is_main(self) -> bool:
@@ -145,18 +148,23 @@ class Context:
         reference to it. Left to the interpreter's exit, that is a race: a gloo worker thread that is
         still freeing the last collective's tensors needs the GIL, Python ends a thread that asks for it
         during finalisation with pthread_exit, and the unwinding through C++ calls std::terminate.
+        Freed here, the group must be freed without the GIL held, or the same thread deadlocks with us:
+        DistributedDataParallel's C++ reducer frees it holding the GIL, Python's reference to the group
+        lets go of the GIL first. So this holds a Python reference until everything else is gone.
         """
         if not (self.owns_group and dist.is_initialized()):
             return
+        group = dist.group.WORLD
         dist.destroy_process_group()
         if self.mesh is not None:
             # DTensor's caches of sharding decisions keep the mesh (their keys hold it); the mesh must
             # not keep the group
-            self.mesh._pg_registry.clear()
+            getattr(self.mesh, "_pg_registry", {}).clear()
             self.mesh = None
         for _ in range(4):  # models left in reference cycles let go of the group; freeing one can free more
             if not gc.collect():
                 break
+        del group  # the last reference: gloo's threads are joined now, with the GIL released
 
 
 def unwrap(model: nn.Module) -> nn.Module:
