@@ -148,9 +148,9 @@ class Context:
         reference to it. Left to the interpreter's exit, that is a race: a gloo worker thread that is
         still freeing the last collective's tensors needs the GIL, Python ends a thread that asks for it
         during finalisation with pthread_exit, and the unwinding through C++ calls std::terminate.
-        Freed here, the group must be freed without the GIL held, or the same thread deadlocks with us:
-        DistributedDataParallel's C++ reducer frees it holding the GIL, Python's reference to the group
-        lets go of the GIL first. So this holds a Python reference until everything else is gone.
+        Freed here, it must be freed without the GIL held, or that thread deadlocks with this one:
+        DistributedDataParallel's C++ reducer frees it holding the GIL, while Python's reference to the
+        group lets go of the GIL first. So a Python reference is held until everything else has let go.
         """
         if not (self.owns_group and dist.is_initialized()):
             return
