@@ -2,7 +2,9 @@
 
 2 processes at B/2 rows each train the same model as 1 process at B (losses <= 1e-5 apart, whole-model
 relative weight difference <= 1e-4), and a run stopped and resumed under 2 processes ends exactly where an
-uninterrupted one does. Run as a script, this file is the worker torchrun starts in each process.
+uninterrupted one does. Run as a script, this file is the worker torchrun starts in each process; every
+worker checks that train() freed the process group before returning (no gloo thread left to be torn down
+while the interpreter exits, which aborted rank 0 now and then).
 """
 
 import json
@@ -15,7 +17,7 @@ import pytest
 import torch
 
 from onnxformer.builder.training import TrainOptions, load_checkpoint, train
-from onnxformer.builder.training.distributed import free_port, launch_command
+from onnxformer.builder.training.distributed import launch_command
 
 TINY = {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "max_len": 24, "dropout": 0.0}
 RUN = {"steps": 12, "batch_size": 8, "eval_every": 6, "save_every": 4, "quality_samples": 0}
@@ -28,9 +30,9 @@ def _options(family: str, **changes) -> TrainOptions:
 
 def _torchrun(spec: dict, nproc: int = 2) -> None:
     """Run this file as the worker in `nproc` processes; fail with their output if any fails."""
-    command = launch_command(nproc, "", [json.dumps(spec)], port=free_port())
+    command = launch_command(nproc, "", [json.dumps(spec)])
     command[command.index("-m", 3) : command.index("-m", 3) + 2] = [__file__]  # a script, not a module
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, env=env, check=False)
     if done.returncode != 0:
         interesting = [line for line in done.stderr.splitlines() if "rror" in line or "terminate" in line]
@@ -139,9 +141,23 @@ def test_the_cli_launches_torchrun_with_nproc(tmp_path: Path) -> None:
     assert odd.returncode != 0 and "does not split evenly over 2 processes" in odd.stderr
 
 
+def _gloo_threads() -> list[str]:
+    """The names of this process's threads that gloo runs (its work queue and socket loops)."""
+    names = []
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            names.append((task / "comm").read_text().strip())
+        except OSError:  # a thread that ended meanwhile
+            continue
+    return sorted(name for name in names if "gloo" in name)
+
+
 def _worker(spec: dict) -> None:
     options = TrainOptions(spec["family"], **spec["options"])
     train(spec["out"], options, resume=spec.get("resume", False), stop_after=spec.get("stop_after"))
+    left = _gloo_threads()
+    if left:  # the group would be freed during interpreter exit, where gloo's teardown can abort
+        raise RuntimeError(f"train() returned with the process group still alive: gloo threads {left}")
 
 
 if __name__ == "__main__":

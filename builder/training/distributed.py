@@ -11,19 +11,27 @@ processes at B/2 rows each train the same model as one at B. Dropout is seeded p
 Backends: gloo on CPU, NCCL on CUDA (one GPU per process, by LOCAL_RANK). With `fsdp=True` the model is
 sharded with `torch.distributed.fsdp.fully_shard` and checkpointed as a full (unsharded) state dict.
 Only rank 0 evaluates, plots and writes checkpoints; the others wait at a barrier.
+
+`Context.close` frees the process group, joining gloo's threads, before the interpreter exits: a gloo
+worker still finishing the last collective then (freeing its tensors takes the GIL) is ended by Python
+with pthread_exit, and rank 0 aborted now and then ("terminate called without an active exception").
 """
 
 import copy
+import gc
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from onnxformer.runtime.errors import ConfigError
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
 
 TIMEOUT = timedelta(minutes=10)  # a rank that never arrives ends the run with an error, not a hang
 
@@ -35,6 +43,7 @@ class Context:
     device: torch.device = torch.device("cpu")  # noqa: RUF009 - immutable
     owns_group: bool = False  # this run initialised the process group and destroys it at the end
     fsdp: bool = False
+    mesh: "DeviceMesh | None" = field(default=None, repr=False)  # FSDP's device mesh, made by `wrap`
 
     @property
     def is_main(self) -> bool:
@@ -98,8 +107,8 @@ class Context:
             from torch.distributed.device_mesh import init_device_mesh
             from torch.distributed.fsdp import fully_shard
 
-            mesh = init_device_mesh(self.device.type, (self.world_size,))
-            return fully_shard(model, mesh=mesh)
+            self.mesh = init_device_mesh(self.device.type, (self.world_size,))
+            return fully_shard(model, mesh=self.mesh)
         ids = [self.device.index] if self.device.type == "cuda" else None
         return nn.parallel.DistributedDataParallel(model, device_ids=ids)
 
@@ -133,8 +142,29 @@ class Context:
             optimizer.load_state_dict(state)
 
     def close(self) -> None:
-        if self.owns_group and dist.is_initialized():
-            dist.destroy_process_group()
+        """Leave the process group and free it, once the caller has let go of its models.
+
+        destroy_process_group only forgets the group; the group and its threads go with the last
+        reference to it. Left to the interpreter's exit, that is a race: a gloo worker thread that is
+        still freeing the last collective's tensors needs the GIL, Python ends a thread that asks for it
+        during finalisation with pthread_exit, and the unwinding through C++ calls std::terminate.
+        Freed here, it must be freed without the GIL held, or that thread deadlocks with this one:
+        DistributedDataParallel's C++ reducer frees it holding the GIL, while Python's reference to the
+        group lets go of the GIL first. So a Python reference is held until everything else has let go.
+        """
+        if not (self.owns_group and dist.is_initialized()):
+            return
+        group = dist.group.WORLD
+        dist.destroy_process_group()
+        if self.mesh is not None:
+            # DTensor's caches of sharding decisions keep the mesh (their keys hold it); the mesh must
+            # not keep the group
+            getattr(self.mesh, "_pg_registry", {}).clear()
+            self.mesh = None
+        for _ in range(4):  # models left in reference cycles let go of the group; freeing one can free more
+            if not gc.collect():
+                break
+        del group  # the last reference: gloo's threads are joined now, with the GIL released
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -174,22 +204,33 @@ def context(device: str, *, fsdp: bool = False) -> Context:
         placed, backend = torch.device("cpu"), "gloo"
     owns = not dist.is_initialized()
     if owns:
+        _import_before_the_group()
         dist.init_process_group(backend=backend, timeout=TIMEOUT)
     return Context(rank, world_size, placed, owns_group=owns, fsdp=fsdp)
 
 
-def free_port() -> int:
-    """A TCP port on the loopback interface that nothing listens on now."""
-    import socket
+def _import_before_the_group() -> None:
+    """Import the modules DDP's constructor imports, before the process group exists.
 
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    torch.distributed.nn.functional evaluates `group=group.WORLD` as default arguments when it is first
+    imported, and DistributedDataParallel imports it (through torch._dynamo). Imported after
+    init_process_group, those defaults hold the group until the interpreter exits, out of reach of
+    `Context.close`. Imported first, the defaults are None.
+    """
+    import importlib
+
+    # torch._dynamo is what DistributedDataParallel's constructor imports, and it imports the other
+    for name in ("torch._dynamo", "torch.distributed.nn.functional"):
+        importlib.import_module(name)
 
 
-def launch_command(nproc: int, module: str, args: list[str], *, port: int | None = None) -> list[str]:
+def launch_command(nproc: int, module: str, args: list[str]) -> list[str]:
     """The torchrun (torch.distributed.run) command that runs `python -m module args` in `nproc`
-    processes on this machine, talking over the loopback interface."""
+    processes on this machine, talking over the loopback interface.
+
+    `--standalone`: torchrun's own store listens on a port the kernel gives it (localhost:0), so two
+    runs started at once cannot collide, as a port probed free and then bound by torchrun later can.
+    """
     import sys
 
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
@@ -198,14 +239,11 @@ def launch_command(nproc: int, module: str, args: list[str], *, port: int | None
         sys.executable,
         "-m",
         "torch.distributed.run",
+        "--standalone",
         "--nnodes",
         "1",
         "--nproc-per-node",
         str(nproc),
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(port or free_port()),
         "-m",
         module,
         *args,

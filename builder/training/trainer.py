@@ -203,6 +203,7 @@ def train(
         ctx.rows(options.batch_size)  # the batch must split evenly over the processes
         return _train(out, options, run, ctx, started, progress, report, stop_after)
     finally:
+        run = None  # its model, sharded in place under FSDP, holds the process group: let go first
         ctx.close()
 
 
