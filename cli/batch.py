@@ -46,7 +46,9 @@ def batch_command(
     actors: Annotated[int, typer.Option(help="With --ray: actors, each loading the export once.")] = 1,
     column: Annotated[str, typer.Option(help="The input field holding the text.")] = "text",
     batch_size: Annotated[int, typer.Option("--batch-size", help="Rows per model call.")] = 32,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output file.")] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace an earlier output of batch (never a file of yours).")
+    ] = False,
     max_new_tokens: Annotated[
         int | None,
         typer.Option("--max-new-tokens", help="Most tokens to add (GPT, T5; default: the export's)."),
@@ -63,7 +65,8 @@ def batch_command(
     """Embed (BERT), continue (GPT) or transform (T5) the text of every line of a JSONL file, as the
     export's family says, and write each line with its result (`embedding`, `generation` or `output`).
     Runs as a plain loop here, or with --ray on a Ray cluster (`pip install "onnxformer[ray]"`); both give
-    the same bytes. The output is written atomically and never replaces a file without --overwrite."""
+    the same bytes. The output is written atomically; it replaces only an earlier output of batch, and only
+    with --overwrite."""
     with user_errors(ctx):
         from onnxformer.runtime.serving.batch import run_batch
         from onnxformer.runtime.serving.tasks import GenerationOptions

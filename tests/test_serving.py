@@ -5,6 +5,7 @@ and every refused request is a 4xx whose JSON names the field."""
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -232,13 +233,40 @@ def test_triton_replaces_only_a_repository(tmp_path: Path) -> None:
     (mine / "notes.txt").write_text("keep")
     for target in (export, mine):
         before = sorted(p.name for p in target.rglob("*"))
-        with pytest.raises(InputError, match="not a Triton model repository"):
+        with pytest.raises(InputError, match="not a Triton model repository onnxformer wrote"):
             write_repository(EXPORTED / "bert", target, overwrite=True)
         assert sorted(p.name for p in target.rglob("*")) == before
     repo = tmp_path / "repo"
     write_repository(EXPORTED / "bert", repo)
     (name,) = write_repository(EXPORTED / "bert", repo, name="again", overwrite=True)
     assert [p.name for p in repo.iterdir()] == [name]
+
+
+@pytest.mark.parametrize(
+    "added", ["again_encoder/notes.txt", "again_encoder/2/model.onnx", "mymodel/config.pbtxt"]
+)
+def test_triton_overwrite_keeps_what_the_user_added(tmp_path: Path, added: str) -> None:
+    """A file of the user's beside ours, or a model of their own in the repository, is named and the
+    repository refused even with --overwrite; nothing in it changes."""
+    repo = tmp_path / "repo"
+    write_repository(EXPORTED / "bert", repo, name="again")
+    (repo / added).parent.mkdir(parents=True, exist_ok=True)
+    (repo / added).write_text('name: "mine"\n')
+    before = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
+    with pytest.raises(InputError, match=re.escape(added.split("/config.pbtxt")[0])):
+        write_repository(EXPORTED / "bert", repo, name="again", overwrite=True)
+    assert {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()} == before
+
+
+def test_triton_refuses_an_unmarked_repository(tmp_path: Path) -> None:
+    """A Triton repository that onnxformer did not write (no mark in its config.pbtxt) is never replaced."""
+    repo = tmp_path / "repo"
+    write_repository(EXPORTED / "bert", repo)
+    config = repo / "bert_encoder" / "config.pbtxt"
+    config.write_text("".join(config.read_text().splitlines(keepends=True)[1:]))
+    with pytest.raises(InputError, match=r"not a Triton model repository onnxformer wrote.*\(bert_encoder\)"):
+        write_repository(EXPORTED / "bert", repo, overwrite=True)
+    assert config.read_text().startswith('name: "bert_encoder"')
 
 
 def test_triton_refuses_a_decoder_only_export(tmp_path: Path) -> None:

@@ -31,7 +31,10 @@ import numpy as np
 from onnxformer.runtime.errors import ConfigError, InferenceError, InputError, OnnxformerError
 from onnxformer.runtime.loader import load
 from onnxformer.runtime.serving.jsonl import Record, check_output, output_line, read_records, write_lines
-from onnxformer.runtime.serving.tasks import GenerationOptions, Task, task_for, texts_of
+from onnxformer.runtime.serving.tasks import TASKS, GenerationOptions, Task, task_for, texts_of
+
+# The fields an earlier output has: --overwrite replaces only such a file.
+OUTPUT_FIELDS = tuple(task.output for task in TASKS.values())
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +148,7 @@ def run_batch(
         raise InputError(
             f"--out {out} is the input file; write the results to another file (the input is kept as it is)"
         )
-    check_output(out, overwrite=overwrite)
+    check_output(out, overwrite=overwrite, outputs=OUTPUT_FIELDS)
     kwargs = {"column": TEXT, "batch_size": batch_size, "options": options, "threads": threads}
     started = time.perf_counter()
     try:
@@ -167,7 +170,7 @@ def run_batch(
         raise
     seconds = time.perf_counter() - started
     lines = (output_line(r, task.output, _jsonable(v)) for r, v in zip(records, values, strict=True))
-    written = write_lines(out, lines, overwrite=overwrite)
+    written = write_lines(out, lines, overwrite=overwrite, outputs=OUTPUT_FIELDS)
     return BatchRun(Path(out), written, task.name, mode, seconds)
 
 

@@ -4,7 +4,8 @@ Input: one JSON object per line, the text to process in one field (`column`); bl
 anything else that is not such an object is an InputError naming the line. Output: each input record with
 one more field (the task's output), one per line, in input order. The output file appears whole or not at
 all (a temporary file beside it, fsync, then a rename), and an existing file is never replaced unless the
-caller says so.
+caller says so, and then only if it is an earlier output: its first record has one of the tasks' output
+fields (a file of the user's, such as the input or notes, is never replaced).
 """
 
 import json
@@ -76,22 +77,36 @@ def output_line(record: Record, output: str, value: Any) -> str:
     return json.dumps({**record.fields, output: value}, ensure_ascii=False)
 
 
-def check_output(path: str | os.PathLike, *, overwrite: bool) -> Path:
-    """Refuse an output path that exists (unless `overwrite`) or whose folder does not, before any work."""
+def check_output(path: str | os.PathLike, *, overwrite: bool, outputs: Iterable[str] = ()) -> Path:
+    """Refuse an output path whose folder does not exist, or that exists and is not an earlier output
+    (its first record holds one of the `outputs` fields), or is one and `overwrite` is not set; before any
+    work."""
     path = Path(path)
     if path.is_dir():
         raise InputError(f"{path} is a folder; give the output file's path, e.g. {path}/output.jsonl")
-    if path.exists() and not overwrite:
-        raise InputError(f"{path} already exists; pass --overwrite to replace it, or choose another --out")
+    if path.exists() or path.is_symlink():
+        if not _is_output(path, set(outputs)):
+            raise InputError(
+                f"refusing to replace {path}: it is not an output of onnxformer batch (its first record has "
+                f"none of the fields {', '.join(sorted(outputs)) or 'it adds'}); choose another --out"
+            )
+        if not overwrite:
+            raise InputError(
+                f"{path} already exists; pass --overwrite to replace it, or choose another --out"
+            )
     if not path.parent.is_dir():
         raise InputError(f"the folder of {path} does not exist; create it first")
     return path
 
 
-def write_lines(path: str | os.PathLike, lines: Iterable[str], *, overwrite: bool) -> int:
+def write_lines(
+    path: str | os.PathLike, lines: Iterable[str], *, overwrite: bool, outputs: Iterable[str] = ()
+) -> int:
     """Write `lines` to `path` atomically; returns how many. Without `overwrite`, a file that appeared at
-    `path` meanwhile is kept and the call fails (the new file is linked in, which never replaces)."""
-    path = check_output(path, overwrite=overwrite)
+    `path` meanwhile is kept and the call fails (the new file is linked in, which never replaces); with
+    it, `path` is replaced only if it is an earlier output (`check_output`)."""
+    outputs = tuple(outputs)
+    path = check_output(path, overwrite=overwrite, outputs=outputs)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     count = 0
     try:
@@ -112,12 +127,28 @@ def write_lines(path: str | os.PathLike, lines: Iterable[str], *, overwrite: boo
                     f"{path} appeared while the batch ran; it was kept. Pass --overwrite to replace it"
                 ) from None
             except OSError:  # a file system without hard links: check, then rename
-                check_output(path, overwrite=False)
+                check_output(path, overwrite=False, outputs=outputs)
                 os.replace(temporary, path)
         _sync_folder(path.parent)
     finally:
         temporary.unlink(missing_ok=True)
     return count
+
+
+def _is_output(path: Path, outputs: set[str]) -> bool:
+    """Whether `path` is a regular file whose first non-blank line is a JSON object with one of `outputs`
+    (an earlier batch output; an empty file counts too, as one with no records)."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        with path.open("rb") as handle:
+            for raw in handle:
+                if raw.strip():
+                    fields = json.loads(raw.decode("utf-8-sig"))
+                    return isinstance(fields, dict) and not outputs.isdisjoint(fields)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return True
 
 
 def _sync_folder(folder: Path) -> None:

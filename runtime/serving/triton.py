@@ -4,6 +4,11 @@
     REPO/<name>_encoder/1/model.onnx      the graph, byte for byte (its sha256 checked on the way)
     REPO/<name>_encoder/1/encoder.onnx.data  its external weights, when the export keeps them outside
 
+Each config.pbtxt opens with a comment that marks the model folder as onnxformer's and lists the files it
+wrote there. An existing repository is replaced (with `overwrite`) only when every entry is such a folder
+holding only the files its mark lists: another model of yours, or a file you added beside ours, is named
+and the repository refused.
+
 The configs set max_batch_size 0: the batch axis is an explicit dynamic dim (-1), as in the graph, and
 clients send padded batches; Triton's dynamic batcher could not merge requests of different sequence
 lengths anyway. Tokenizing stays on the client (tokenizer.json is in the export folder).
@@ -29,8 +34,12 @@ TRITON_DTYPES = {
 ENCODER_ROLES = ("encoder",)  # the manifest `graphs` roles that are exported
 
 
-def config_pbtxt(name: str, inputs, outputs, *, instances: int = 1) -> str:
-    """The text-format ModelConfig of one graph (TensorSpecs from the manifest's file entry)."""
+MARK = "# onnxformer triton wrote this model folder: "  # then the files it wrote, comma-separated
+
+
+def config_pbtxt(name: str, inputs, outputs, *, instances: int = 1, files: tuple[str, ...] = ()) -> str:
+    """The text-format ModelConfig of one graph (TensorSpecs from the manifest's file entry), opened by the
+    mark that lists `files`, the model folder's files besides config.pbtxt (POSIX paths)."""
 
     def tensors(specs) -> str:
         rows = []
@@ -45,6 +54,7 @@ def config_pbtxt(name: str, inputs, outputs, *, instances: int = 1) -> str:
         return ",\n".join(rows)
 
     return (
+        f"{MARK}{', '.join(('config.pbtxt', *files))}\n"
         f'name: "{name}"\n'
         'backend: "onnxruntime"\n'
         "max_batch_size: 0\n"
@@ -60,13 +70,10 @@ def write_repository(
     """Write the model repository for the folder's encoder graphs into `out`; returns the model names.
 
     `out` appears whole or not at all; an existing `out` is replaced only with `overwrite`, and only if it
-    is a Triton model repository (each entry a model folder with its config.pbtxt): nothing else is lost."""
+    is a repository this function wrote, holding nothing else: nothing else is lost."""
     out = Path(out)
-    if out.exists() and not _is_repository(out):
-        raise InputError(
-            f"refusing to replace {out}: it is not a Triton model repository (a folder whose entries are "
-            "model folders with config.pbtxt); choose another --out"
-        )
+    if out.exists() or out.is_symlink():
+        _check_ours(out)
     if out.exists() and not overwrite:
         raise InputError(f"{out} already exists; pass --overwrite to replace it, or choose another --out")
     model = load(folder, device="cpu", threads=1)
@@ -90,13 +97,15 @@ def write_repository(
             version = staging / model_name / "1"
             version.mkdir(parents=True)
             (version / "model.onnx").write_bytes(model.export.folder.read(path))
+            files = ["1/model.onnx"]
             for weights in manifest.files:  # external data: beside model.onnx, where its location points
                 location = posixpath.relpath(weights.path, posixpath.dirname(path) or ".")
                 if weights.weights_of == path and not location.startswith(".."):
                     (version / location).parent.mkdir(parents=True, exist_ok=True)
                     (version / location).write_bytes(model.export.folder.read(weights.path))
+                    files.append(f"1/{location}")
             (staging / model_name / "config.pbtxt").write_text(
-                config_pbtxt(model_name, entry.inputs, entry.outputs), encoding="utf-8"
+                config_pbtxt(model_name, entry.inputs, entry.outputs, files=tuple(files)), encoding="utf-8"
             )
             names.append(model_name)
         _swap_in(staging, out)
@@ -105,11 +114,43 @@ def write_repository(
     return names
 
 
-def _is_repository(path: Path) -> bool:
-    if path.is_symlink() or not path.is_dir():
-        return False
-    entries = list(path.iterdir())
-    return all(entry.is_dir() and (entry / "config.pbtxt").is_file() for entry in entries)
+def _check_ours(out: Path) -> None:
+    """Refuse `out` unless it is a repository this module wrote: a folder (not a link) whose every entry is
+    a model folder with a marked config.pbtxt and no file its mark does not list."""
+    if out.is_symlink() or not out.is_dir():
+        raise InputError(
+            f"refusing to replace {out}: it is not a Triton model repository onnxformer wrote; choose "
+            "another --out"
+        )
+    foreign = []
+    for model in sorted(out.iterdir()):
+        listed = _marked_files(model)
+        if listed is None:
+            foreign.append(model.name)
+            continue
+        for path in sorted(model.rglob("*")):
+            relative = path.relative_to(model).as_posix()
+            unlisted = path.is_file() and relative not in listed
+            if path.is_symlink() or unlisted or not (path.is_dir() or path.is_file()):
+                foreign.append(f"{model.name}/{relative}")
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise InputError(
+            f"refusing to replace {out}: it is not a Triton model repository onnxformer wrote, or it holds "
+            f"what onnxformer did not write ({shown}); move those out or choose another --out"
+        )
+
+
+def _marked_files(model: Path) -> set[str] | None:
+    """The files a model folder's config.pbtxt mark lists, or None when the folder has no such mark."""
+    config = model / "config.pbtxt"
+    if model.is_symlink() or not model.is_dir() or config.is_symlink() or not config.is_file():
+        return None
+    with config.open("rb") as handle:
+        first = handle.readline(4096).decode("utf-8", errors="replace").rstrip("\n")
+    if not first.startswith(MARK):
+        return None
+    return {name.strip() for name in first[len(MARK) :].split(",")}
 
 
 def _swap_in(staging: Path, out: Path) -> None:

@@ -80,13 +80,35 @@ def test_the_predictor_maps_a_batch_and_keeps_its_columns() -> None:
 def test_an_existing_output_is_kept_without_overwrite(tmp_path: Path) -> None:
     source = write_input(tmp_path / "in.jsonl", texts(5))
     out = tmp_path / "out.jsonl"
-    out.write_text("precious\n")
+    run_batch(EXPORTED / "bert", source, out)
+    earlier = out.read_bytes()
     with pytest.raises(InputError, match="already exists; pass --overwrite"):
         run_batch(EXPORTED / "bert", source, out)
-    assert out.read_text() == "precious\n"
+    assert out.read_bytes() == earlier
+    write_input(source, texts(3))
     run_batch(EXPORTED / "bert", source, out, overwrite=True)
-    assert len(read_output(out)) == 5
+    assert len(read_output(out)) == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "out.jsonl"]  # no temporary left
+
+
+@pytest.mark.parametrize(
+    "mine", ["precious\n", '{"text": "my own notes"}\n', "", '{"embedding": "an output"}\nnot json\n']
+)
+def test_a_file_batch_did_not_write_is_never_replaced(tmp_path: Path, mine: str) -> None:
+    """--overwrite replaces an earlier output of batch only: a file of the user's at --out (notes, a JSONL
+    of their own) is refused by name and kept as it was. An empty file (nothing to lose) and a file whose
+    first record is an output's are replaced."""
+    source = write_input(tmp_path / "in.jsonl", texts(2))
+    out = tmp_path / "out.jsonl"
+    out.write_text(mine)
+    if mine == "" or mine.startswith('{"embedding"'):
+        run_batch(EXPORTED / "bert", source, out, overwrite=True)
+        assert len(read_output(out)) == 2
+        return
+    for overwrite in (False, True):
+        with pytest.raises(InputError, match=r"refusing to replace .*out\.jsonl: it is not an output of"):
+            run_batch(EXPORTED / "bert", source, out, overwrite=overwrite)
+        assert out.read_text() == mine
 
 
 BAD_LINES = [
