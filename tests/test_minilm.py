@@ -143,12 +143,18 @@ def test_goldens_pass_in_tract(minilm_export: Path) -> None:
 
 
 def test_node_embeddings_equal_sentence_transformers(
-    minilm_export: Path, reference: tuple[list[str], np.ndarray], tmp_path: Path
+    minilm_export: Path, reference: tuple[list[str], np.ndarray], sentence_model, tmp_path: Path
 ) -> None:
+    """The Node host's embeddings equal sentence-transformers', a text past the 512 positions included:
+    Node cuts it at max_seq_length (256) as sentence-transformers does."""
     node = shutil.which("node")
     assert node, "Node.js is not installed; the host's tests need it (README: set-up)"
     assert (NODE_HOST / "node_modules").is_dir(), "run `make node-deps` first (npm ci in hosts/node)"
     texts, expected = reference
+    long = " ".join(texts)
+    assert load(minilm_export).lengths(long)[0] > 512
+    texts = [*texts, long]
+    expected = np.concatenate([expected, sentence_model.encode([long], convert_to_numpy=True)])
     (tmp_path / "texts.json").write_text(json.dumps(texts))
     script = (
         f"import {{ openExport }} from {json.dumps(str(NODE_HOST / 'src' / 'index.js'))};\n"

@@ -5,7 +5,9 @@
  * A text is framed as manifest `framing.text` says (<cls> + its tokens + <sep> for BERT), fed with an
  * all-ones attention mask and, when the graph takes them (manifest `io.encoder.inputs`), zero segment ids;
  * the embedding is the graph's `sentence_embedding` output (the mean of the real tokens' last hidden
- * states).
+ * states). A text longer than `maxLength` ids (the framing's `max_length`: a sentence-transformers
+ * folder's max_seq_length; else the model's context) keeps its first tokens within its framing, as
+ * sentence-transformers and the Python runtime cut it, with a warning; `truncate: false` refuses it.
  */
 
 import { checkIds, checkOptionNames } from "./decoding.js";
@@ -21,46 +23,71 @@ export class TextEncoder extends ExportModel {
   static task = "encode";
   static feeds = { encoder: ["input_ids", "attention_mask", "token_type_ids"] };
 
+  /** The most ids a text is read as, framing included: longer texts are cut to it, or refused. */
+  get maxLength() {
+    return Math.min(this.framing.maxLength ?? this.maxLen, this.maxLen);
+  }
+
   /**
    * The sentence embedding of `text`, a Float32Array of d_model values; for an array of texts, an array of
    * them, one per text, in order. `normalize: true` scales each to unit L2 norm (sentence-transformers'
    * normalize_embeddings), so a dot product is the cosine similarity; an all-zero embedding stays zero.
+   * A text longer than `maxLength` ids is cut to its first tokens (`truncate: false`: refused).
    */
   async embed(text, options = {}) {
-    checkOptionNames(options, ["normalize"], { what: "embed" });
-    const { normalize = false } = options;
-    if (typeof normalize !== "boolean") {
-      throw new InputError(`normalize must be true or false, got ${JSON.stringify(normalize)}`);
+    checkOptionNames(options, ["normalize", "truncate"], { what: "embed" });
+    const { normalize = false, truncate = true } = options;
+    for (const [name, value] of [["normalize", normalize], ["truncate", truncate]]) {
+      if (typeof value !== "boolean") {
+        throw new InputError(`${name} must be true or false, got ${JSON.stringify(value)}`);
+      }
     }
-    const vectors = await this.#embed(text);
+    const vectors = await this.#embed(text, truncate);
     if (!normalize) return vectors;
     return Array.isArray(vectors) ? vectors.map(unitLength) : unitLength(vectors);
   }
 
-  /** Cosine similarity of the two texts' embeddings, in [-1, 1]. */
-  async similarity(a, b) {
-    const [first, second] = await this.#embed([a, b]);
+  /** Cosine similarity of the two texts' embeddings, in [-1, 1]; `truncate` as for `embed`. */
+  async similarity(a, b, options = {}) {
+    checkOptionNames(options, ["truncate"], { what: "similarity" });
+    const [first, second] = await this.embed([a, b], options);
     let dot = 0;
     for (let i = 0; i < first.length; i++) dot += first[i] * second[i];
     return dot / Math.max(norm(first) * norm(second), 1e-12);
   }
 
-  async #embed(text) {
-    if (Array.isArray(text)) {
-      if (text.length === 0) throw new InputError("give at least one text");
-      // Every text is framed and checked before the first runs.
-      const rows = text.map((item, index) =>
-        checkIds(this.frame(item, { what: `text ${index}` }), {
-          vocabSize: this.vocabSize,
-          limit: this.maxLen,
-          what: `text ${index}`,
-        }),
+  async #embed(text, truncate) {
+    const single = !Array.isArray(text);
+    const texts = single ? [text] : text;
+    if (texts.length === 0) throw new InputError("give at least one text");
+    // Every text is framed and checked before the first runs.
+    const cut = [];
+    const rows = texts.map((item, index) => {
+      const what = single ? "text" : `text ${index}`;
+      let row = this.frame(item, { what });
+      if (truncate && row.length > this.maxLength) {
+        cut.push(`${what}: ${row.length}`);
+        const room = this.maxLength - this.framing.prefix.length - this.framing.suffix.length;
+        const tokens = row.slice(this.framing.prefix.length, this.framing.prefix.length + room);
+        row = [...this.framing.prefix, ...tokens, ...this.framing.suffix];
+      }
+      if (row.length > this.maxLength) {
+        throw new InputError(
+          `${what} has ${row.length} tokens but the model reads at most ${this.maxLength}; shorten it, ` +
+            "or leave truncate on to cut it",
+        );
+      }
+      return checkIds(row, { vocabSize: this.vocabSize, what });
+    });
+    if (cut.length > 0) {
+      console.warn(
+        `${cut.length} text(s) longer than the ${this.maxLength} tokens the model reads were cut to their ` +
+          `first tokens (${cut.slice(0, 5).join(", ")} tokens); truncate: false refuses them instead`,
       );
-      const vectors = [];
-      for (const row of rows) vectors.push(await this.embedIds(row));
-      return vectors;
     }
-    return this.embedIds(this.frame(text));
+    const vectors = [];
+    for (const row of rows) vectors.push(await this.embedIds(row));
+    return single ? vectors[0] : vectors;
   }
 
   /** One output of the encoder (an io key, default `sentence_embedding`, (1, D)) for framed ids, as (D,). */

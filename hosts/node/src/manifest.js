@@ -63,7 +63,13 @@ export function textFraming(manifest) {
       }
       return special[name];
     });
-  return { prefix: ids(framing.prefix), suffix: ids(framing.suffix), names: framing };
+  // The most ids a framed text is read as (a sentence-transformers folder's max_seq_length); optional.
+  const maxLength = framing.max_length ?? null;
+  const size = framing.prefix.length + framing.suffix.length;
+  if (maxLength !== null && (!Number.isInteger(maxLength) || maxLength <= size)) {
+    throw fail(`framing.${spec.text}.max_length`, `must be an integer > ${size} (the framing's own ids)`);
+  }
+  return { prefix: ids(framing.prefix), suffix: ids(framing.suffix), maxLength, names: framing };
 }
 
 /** The io of one graph role ({ inputs: string[], outputs: {key: name} }); inputs must be `feedable`. */

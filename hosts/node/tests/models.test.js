@@ -148,7 +148,26 @@ test("embed takes one text or an array of texts", async () => {
     (error) => error instanceof InputError && /text 1 must be a string/.test(error.message),
   );
   await assert.rejects(
-    models.bert.embed(["fine", "word ".repeat(100)]),
-    (error) => error instanceof InputError && /text 1 has \d+ tokens/.test(error.message),
+    models.bert.embed(["fine", "word ".repeat(100)], { truncate: false }),
+    (error) => error instanceof InputError && /text 1 has \d+ tokens but the model reads at most/.test(error.message),
   );
+});
+
+test("embed cuts a text past maxLength to its first tokens, as the Python runtime does", async (t) => {
+  const bert = models.bert;
+  const warn = t.mock.method(console, "warn", () => {});
+  const long = "the cat sat on the mat . ".repeat(40);
+  const ids = bert.frame(long);
+  assert.ok(ids.length > bert.maxLength, `${ids.length} ids`);
+  const { prefix, suffix } = bert.framing;
+  const room = bert.maxLength - prefix.length - suffix.length;
+  const kept = [...prefix, ...ids.slice(prefix.length, prefix.length + room), ...suffix];
+  assert.deepEqual(await bert.embed(long), await bert.embedIds(kept));
+  assert.equal(warn.mock.callCount(), 1);
+  assert.match(warn.mock.calls[0].arguments[0], new RegExp(`text: ${ids.length} tokens`));
+  await assert.rejects(
+    bert.embed(long, { truncate: false }),
+    (error) => error instanceof InputError && /reads at most/.test(error.message),
+  );
+  await assert.rejects(bert.embed(long, { truncate: "yes" }), /truncate must be true or false/);
 });
