@@ -51,9 +51,9 @@ class Parity:
 
     Exports since the float64 reference (`reference == "float64"`, docs/goldens.md) run each case through
     the PyTorch module in float32 and in float64: `error` is ONNX Runtime's distance to the float64
-    answer, `torch_error` PyTorch float32's own. An output passes a case when its error is at most
-    `factor` x PyTorch's error there + `floor` x its largest magnitude; `used` is the largest share of
-    that allowance any case took (1.0 = at the limit). Older exports (`reference == "float32"`) were held
+    answer, `torch_error` PyTorch float32's own, each the largest over the cases. An output passes when
+    its error is at most `factor` x PyTorch's error + `floor` x its largest magnitude; `used` is the share
+    of that allowance it took (1.0 = at the limit). Older exports (`reference == "float32"`) were held
     to `tolerance + rtol * max |torch output|` on `max_abs_diff`."""
 
     tolerance: float  # the float32-reference rule's absolute term (0 for float64-reference exports)
@@ -67,7 +67,7 @@ class Parity:
     floor: float = 0.0
     error: dict[str, float] = field(default_factory=dict)  # output -> largest |onnx - torch fp64|
     torch_error: dict[str, float] = field(default_factory=dict)  # output -> largest |torch fp32 - fp64|
-    used: dict[str, float] = field(default_factory=dict)  # output -> largest error / allowance
+    used: dict[str, float] = field(default_factory=dict)  # output -> error / allowance
 
     def allowed(self, name: str) -> float:
         """What output `name` was allowed to differ from PyTorch float32 by (float32-reference rule)."""

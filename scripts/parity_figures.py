@@ -34,7 +34,7 @@ TINY = {"d_model": 32, "n_layers": 2, "n_heads": 4, "d_ff": 64}
 
 HF_MODELS = {
     "bert (BertForMaskedLM)": lambda p: hf_models.bert_folder(p, "BertForMaskedLM"),
-    "gpt2": hf_models.gpt2_folder,
+    "gpt2": lambda p: hf_models.gpt2_folder(p, generation_config=False),  # parity needs none
     "llama (GQA, untied)": lambda p: hf_models.llama_folder(p, tied=False),
     "t5 (v1.0 relu)": lambda p: hf_models.t5_folder(p, gated=False),
     "t5 (v1.1 gated-gelu)": lambda p: hf_models.t5_folder(p, gated=True),

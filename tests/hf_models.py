@@ -119,7 +119,9 @@ def bert_folder(folder: Path, architecture: str = "BertModel") -> Path:
     return folder
 
 
-def gpt2_folder(folder: Path) -> Path:
+def gpt2_folder(folder: Path, *, generation_config: bool = True) -> Path:
+    """A GPT-2 folder; `generation_config` writes the generation_config.json below (it needs a greedy
+    continuation that changes token, which weights at SCALE give)."""
     import transformers
 
     tok = byte_bpe_tokenizer(["<|endoftext|>"], prefix=None)
@@ -145,6 +147,8 @@ def gpt2_folder(folder: Path) -> Path:
     # A generation_config.json as released checkpoints write one: greedy (no do_sample), a budget, and a
     # second stop id, one that this random model's greedy continuation of GENERATION_PROMPT reaches after
     # a few steps (so that transformers' generate and ours both stop there, or neither).
+    if not generation_config:
+        return folder
     prompt = torch.tensor([tok.encode(GENERATION_PROMPT).ids])
     with torch.no_grad():
         steps = model.generate(prompt, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=eos)

@@ -296,3 +296,36 @@ def test_a_trained_family_at_10x_weights_is_exported(family, tiny_checkpoints, t
     _times(checkpoint, 10.0)
     manifest = export_checkpoint(checkpoint, tmp_path / "out", blocks=False, attentions=False)
     print(f"{family} trained, weights x10: {_proven(manifest)}")
+
+
+def _old_rule_misses(manifest) -> list[str]:
+    """The outputs the rule before the float64 reference refused: |ONNX Runtime - PyTorch fp32| (the
+    recorded max_abs_diff) over 1e-4 + 1e-6 x max |output|."""
+    return [
+        f"{entry.path} {name}: {diff:.2e} > {1e-4 + 1e-6 * entry.parity.max_abs_value[name]:.2e}"
+        for entry in manifest.files
+        if entry.parity is not None
+        for name, diff in entry.parity.max_abs_diff.items()
+        if diff > 1e-4 + 1e-6 * entry.parity.max_abs_value[name]
+    ]
+
+
+@pytest.mark.parametrize("architecture", ["t5", "t5-gated"])
+def test_the_t5s_the_old_rule_refused_are_exported(architecture, hf_folders, tmp_path) -> None:
+    """The issue's finding: Hugging Face T5s (v1.0 relu and v1.1 gated-gelu) with weights 10x their init
+    were refused by the old fixed bound, as exact as PyTorch fp32 is. Now exported, with encoder cases up to
+    the context; the old rule's own figures still show it would have refused them."""
+    import shutil
+
+    from onnxformer.builder.export.models import export_checkpoint
+
+    folder = tmp_path / architecture
+    shutil.copytree(hf_folders[architecture], folder)
+    _times(folder, 10.0)
+    manifest = export_checkpoint(folder, tmp_path / "out", blocks=False, attentions=False)
+    (encoder,) = [entry for entry in manifest.files if entry.path == "encoder.onnx"]
+    longest = max(int(shape.split("T=")[1].split()[0]) for shape in encoder.parity.shapes)
+    missed = _old_rule_misses(manifest)
+    print(f"{architecture} x10: {_proven(manifest)}; encoder up to T={longest}; old rule: {missed}")
+    assert longest == manifest.config["max_len"]
+    assert missed, "the old rule would have passed these graphs: this no longer shows the finding"

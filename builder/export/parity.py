@@ -7,9 +7,14 @@ held to a small multiple of PyTorch float32's own distance to it (PyTorch is the
 was trained and checked with, so fp32 rounding of that size is what the model is), plus a floor of a few
 fp32 steps at the output's magnitude for outputs that fp32 computes exactly:
 
-    |ONNX Runtime - float64| <= factor x |PyTorch fp32 - float64| + floor x max |float64 output|
+    max |ONNX Runtime - float64| <= factor x max |PyTorch fp32 - float64| + floor x max |float64 output|
 
-per output and per case. A fixed absolute tolerance cannot do this: the error of a correct graph grows
+per output, each max taken over every element of every case. Over the cases, not case by case: the
+largest rounding error of one case is a noisy figure (a near-tie in a softmax or a ReLU at its kink
+magnifies whichever rounding falls there), and either implementation can have the larger one. A Hugging
+Face T5 with weights 10x its init has a case where ONNX Runtime is 22x PyTorch's error and another where
+PyTorch is 9x ONNX Runtime's; over all cases of that output the two are within 1.6x. A wrong graph is
+wrong in every case it touches, by orders of magnitude. A fixed absolute tolerance cannot do this: the error of a correct graph grows
 with the size of the activations (a trained checkpoint's are 10x a default init's), while a wrong graph on
 small outputs can stay under any absolute bound. A wrong eps, rope base or scale is wrong at the level of
 the formula, orders of magnitude past the rounding of fp32 (tests/test_parity_rule.py).
@@ -47,7 +52,8 @@ PARITY_FLOOR = 4 * 2.0**-23
 
 @dataclass(frozen=True)
 class ParityRule:
-    """|ONNX Runtime - float64| <= factor x |PyTorch fp32 - float64| + floor x max |float64| per output."""
+    """max |ONNX Runtime - float64| <= factor x max |PyTorch fp32 - float64| + floor x max |float64|, per
+    output over its cases."""
 
     factor: float = PARITY_FACTOR
     floor: float = PARITY_FLOOR
@@ -114,15 +120,17 @@ def measure_parity(
     rule: ParityRule = ParityRule(),
     record: Record | None = None,
 ) -> Parity:
-    """Run every case through ONNX Runtime and PyTorch (fp32 and float64); raise `ParityError` on the first
-    output past its allowance. `input_names` name the flattened inputs (a KV cache flattens layer by
-    layer); `record` sees every case that passed."""
+    """Run every case through ONNX Runtime and PyTorch (fp32 and float64); raise `ParityError` when an
+    output is past its allowance over the cases (or is not finite, or has another shape, in any case).
+    `input_names` name the flattened inputs (a KV cache flattens layer by layer); `record` sees every
+    case, before the verdict."""
     names = list(output_names)
     diff = dict.fromkeys(names, 0.0)
     largest = dict.fromkeys(names, 0.0)
+    exact_largest = dict.fromkeys(names, 0.0)
     error = dict.fromkeys(names, 0.0)
     torch_error = dict.fromkeys(names, 0.0)
-    used = dict.fromkeys(names, 0.0)
+    worst_case = dict.fromkeys(names, "")
     labels = []
     module.eval()
     for label, inputs in cases:
@@ -144,25 +152,36 @@ def measure_parity(
                     f"{graph}: PyTorch's {name} is not finite at {label} (float32 or float64): the model "
                     "overflows on these inputs, so no export of it can be checked; look at the weights' scale"
                 )
-            off, torch_off, scale = max_abs(have, truth), max_abs(want, truth), magnitude(truth)
-            allowed = rule.allowance(torch_off, scale)
-            if not np.isfinite(off) or off > allowed:
+            off, torch_off = max_abs(have, truth), max_abs(want, truth)
+            if not np.isfinite(off):
                 raise ParityError(
-                    f"{graph}: output {name} is {off:.3g} from the float64 answer at {label}, where PyTorch "
-                    f"float32 is {torch_off:.3g} from it (allowed {allowed:.3g} = {rule.factor:g} x "
-                    f"{torch_off:.3g} + {rule.floor:.2g} x max |{name}| {scale:.3g}); the export is refused"
+                    f"{graph}: ONNX Runtime's {name} is not finite at {label}, where PyTorch's is; the "
+                    "export is refused"
                 )
             diff[name] = max(diff[name], max_abs(have, want))
             largest[name] = max(largest[name], magnitude(want))
+            exact_largest[name] = max(exact_largest[name], magnitude(truth))
+            if off > error[name] or not worst_case[name]:
+                worst_case[name] = label
             error[name] = max(error[name], off)
             torch_error[name] = max(torch_error[name], torch_off)
-            used[name] = max(used[name], off / allowed if allowed else 0.0)
             measured.exact[name] = truth.astype(want.dtype)
             measured.error[name] = off
             measured.torch_error[name] = torch_off
         labels.append(label)
         if record is not None:
             record(measured)
+    used = {}
+    for name in names:
+        allowed = rule.allowance(torch_error[name], exact_largest[name])
+        if error[name] > allowed:
+            raise ParityError(
+                f"{graph}: output {name} is {error[name]:.3g} from the float64 answer (at {worst_case[name]}), "
+                f"where PyTorch float32 is at most {torch_error[name]:.3g} from it over the {len(labels)} "
+                f"cases (allowed {allowed:.3g} = {rule.factor:g} x {torch_error[name]:.3g} + "
+                f"{rule.floor:.2g} x max |{name}| {exact_largest[name]:.3g}); the export is refused"
+            )
+        used[name] = error[name] / allowed if allowed else 0.0
     logger.info("%s parity over %d cases: error %s, PyTorch fp32 %s", graph, len(labels), error, torch_error)
     return Parity(
         tolerance=0.0,
