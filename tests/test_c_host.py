@@ -290,6 +290,25 @@ def test_a_changed_golden_value_fails_verify(c_host: Path, tmp_path: Path) -> No
     assert 0.49 < diff < 0.51
 
 
+def test_a_case_allowance_is_enforced_where_the_graph_tolerance_would_pass(
+    c_host: Path, tmp_path: Path
+) -> None:
+    """The C host applies each case's own allowance (the float64 figures), not only the graph's atol and
+    rtol: a difference between the two fails that case alone."""
+    sys.path.insert(0, str(ROOT / "tests" / "runtime"))
+    from tamper import move_past_the_case_allowance
+
+    folder = _copy(tmp_path, "bert")
+    moved = move_past_the_case_allowance(folder)
+    result = run(c_host, "verify", str(folder))
+    assert result.returncode == 1, result.stdout[-2000:]
+    (failed,) = [line for line in result.stdout.splitlines() if line.startswith("  FAIL")]
+    assert f"{moved.file} [{moved.label}] {moved.output}" in failed
+    diff, allowed = map(float, re.search(r"max diff (\S+) <= (\S+)", failed).groups())
+    print(f"{failed.strip()} (graph-wide {moved.graph_wide:.2e})")
+    assert moved.allowed < diff < moved.graph_wide and allowed == pytest.approx(moved.allowed, rel=0.01)
+
+
 def test_a_changed_greedy_golden_fails_verify(c_host: Path, tmp_path: Path) -> None:
     folder = _copy(tmp_path, "gpt")
     relative = "goldens/end_to_end.json"

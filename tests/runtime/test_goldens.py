@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tamper import move_past_the_case_allowance
 
 from onnxformer.runtime.errors import ManifestError
 from onnxformer.runtime.folder import ExportFolder
@@ -122,6 +123,19 @@ def test_a_wrong_golden_output_fails_with_the_file_case_and_difference(tmp_path:
     assert len(failed) == 1
     assert failed[0].file == "encoder.onnx" and failed[0].label == case.label
     assert "differs by" in failed[0].problem
+
+
+def test_a_case_allowance_is_enforced_where_the_graph_tolerance_would_pass(tmp_path: Path) -> None:
+    """A difference above the case's own allowance (the float64 figures) but below the graph's atol + rtol
+    x max |golden| fails: the per-case allowances are what the runtime applies."""
+    folder = tmp_path / "bert"
+    shutil.copytree(EXPORTED / "bert", folder)
+    moved = move_past_the_case_allowance(folder)
+    failed = [result for result in run_graph_goldens(ExportFolder.open(folder)) if not result.ok]
+    print(f"{moved}: {[result.problem for result in failed]}")
+    assert [(result.file, result.label) for result in failed] == [(moved.file, moved.label)]
+    assert moved.allowed < failed[0].max_abs_diff < moved.graph_wide
+    assert f"{moved.output} differs by" in failed[0].problem
 
 
 def test_a_tampered_golden_is_refused_before_use(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 
 import { sha256Hex } from "../src/folder.js";
+import { decodeTensorProto } from "../src/tensorproto.js";
 import { exportDir, scratchCopy } from "./helpers.js";
 import { near, sampleOutput } from "./readme.js";
 
@@ -86,11 +87,55 @@ test("a golden the engine disagrees with fails with exit 1", async (t) => {
 
   const { code, stdout } = await verify(dir);
   assert.equal(code, 1, stdout);
+  const allowed = golden.allowed[golden.outputs.indexOf("sentence_embedding")];
   assert.match(
     stdout,
-    /FAIL encoder\.onnx \[B=1 T=4\] sentence_embedding {2}max diff 1\.00e-3 <= 1\.\d\de-5/,
+    new RegExp(
+      `FAIL encoder\\.onnx \\[B=1 T=4\\] sentence_embedding {2}max diff 1\\.00e-3 <= ${allowed.toExponential(2)}`,
+    ),
   );
   assert.match(stdout, /on native: \d+ passed, 1 failed/);
+});
+
+test("a case's own allowance is enforced where the graph's atol and rtol would pass", async (t) => {
+  // The per-case allowances (docs/goldens.md) are tighter than the graph-wide atol + rtol * max|golden|
+  // that older readers use: a difference between the two must fail.
+  const dir = await scratchCopy(t, "bert");
+  const manifestPath = path.join(dir, "manifest.json");
+  const manifest = JSON.parse(await readFile(manifestPath, "utf8"));
+  // The output whose own allowance is furthest below the graph-wide one.
+  let chosen = null;
+  for (const graph of manifest.goldens.graphs) {
+    for (const golden of graph.cases) {
+      for (const [index, name] of golden.outputs.entries()) {
+        const file = `${golden.dir}/output_${index}.pb`;
+        const bytes = await readFile(path.join(dir, file));
+        const values = decodeTensorProto(bytes).data;
+        const graphWide = graph.atol + graph.rtol * Math.max(...Array.from(values, Math.abs));
+        const allowed = golden.allowed[index];
+        if (chosen === null || graphWide / allowed > chosen.graphWide / chosen.allowed) {
+          chosen = { graph, golden, name, file, bytes, graphWide, allowed };
+        }
+      }
+    }
+  }
+  const { graph, golden, name, file, bytes, graphWide, allowed } = chosen;
+  assert.ok(graphWide > 1.5 * allowed, `graph-wide ${graphWide}, the case's ${allowed}`);
+  const delta = (allowed + graphWide) / 2;
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  view.setFloat32(bytes.length - 4, view.getFloat32(bytes.length - 4, true) + delta, true); // last value
+  await writeFile(path.join(dir, file), bytes);
+  manifest.files.find((item) => item.path === file).sha256 = sha256Hex(bytes);
+  await writeFile(manifestPath, JSON.stringify(manifest));
+
+  const { code, stdout } = await verify(dir);
+  assert.equal(code, 1, stdout);
+  const line = stdout
+    .split("\n")
+    .find((text) => text.includes(`${graph.file} [${golden.label}] ${name} `));
+  const measured = Number(line.match(/max diff (\S+)/)[1]);
+  assert.match(line, /^ {2}FAIL /);
+  assert.ok(allowed < measured && measured < graphWide, `${measured} between ${allowed} and ${graphWide}`);
 });
 
 test("an altered folder is refused with exit 2, naming the file", async (t) => {
