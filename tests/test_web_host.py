@@ -131,6 +131,9 @@ def test_goldens_pass_in_the_page(page, family: str) -> None:
     assert int(summary.get_attribute("data-graph-checks")) == outputs
     assert passed > outputs
     assert 0.0 < graph_diff < 1e-4
+    share = float(summary.get_attribute("data-graph-max-share"))
+    print(f"{family} in chromium: {share:.0%} of the largest allowance")
+    assert 0.0 < share <= 1.0
 
 
 def test_generation_streams_and_samples_through_the_ui(page) -> None:

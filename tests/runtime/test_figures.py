@@ -23,3 +23,11 @@ def test_figures_are_read_from_the_manifests() -> None:
         assert f"| {name} |" in block and f"{manifest['extra']['metrics']['parameters']:,}" in block
     largest = max(figures._largest_logit(manifest) for manifest in exports.values())
     assert 1.0 < largest < 1000.0 and f"|x| = {largest:.1f}" in block
+
+
+def test_the_goldens_doc_states_the_same_parity_rows() -> None:
+    """docs/goldens.md repeats the reference exports' parity rows beside the rule: they are the
+    generated ones."""
+    doc = (Path(figures.ROOT) / "docs" / "goldens.md").read_text(encoding="utf-8")
+    rows = figures._parity_rows()
+    assert rows and all(row in doc for row in rows), "copy the README's parity rows into docs/goldens.md"

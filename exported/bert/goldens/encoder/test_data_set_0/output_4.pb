@@ -1,0 +1,1 @@
+Bclass_logitsJ2‡@Ê#À

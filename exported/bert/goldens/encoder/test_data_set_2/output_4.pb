@@ -1,0 +1,1 @@
+Bclass_logitsJXt@F½{ÀHL@uw"À

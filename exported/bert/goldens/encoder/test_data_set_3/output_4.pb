@@ -1,0 +1,1 @@
+Bclass_logitsJ­üd@Ã!oÀm¦T@&¥`À
