@@ -1,13 +1,12 @@
 """The golden test data of the committed reference exports, run through the torch-free runtime."""
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
-from tamper import move_past_the_case_allowance
+from tamper import move_past_the_case_allowance, rewrite
 
 from onnxformer.runtime.errors import ManifestError
 from onnxformer.runtime.folder import ExportFolder
@@ -100,16 +99,6 @@ def test_malformed_tensor_files_raise_a_typed_error(data: bytes) -> None:
         read_tensor(data, source="x.pb")
 
 
-def _rewrite(folder: Path, relative: str, data: bytes) -> None:
-    """Replace a file and record its new size and sha256 in the manifest, as a careless tool would."""
-    (folder / relative).write_bytes(data)
-    manifest = json.loads((folder / "manifest.json").read_text())
-    for entry in manifest["files"]:
-        if entry["path"] == relative:
-            entry["size"], entry["sha256"] = len(data), hashlib.sha256(data).hexdigest()
-    (folder / "manifest.json").write_text(json.dumps(manifest))
-
-
 def test_a_wrong_golden_output_fails_with_the_file_case_and_difference(tmp_path: Path) -> None:
     folder = tmp_path / "bert"
     shutil.copytree(EXPORTED / "bert", folder)
@@ -117,7 +106,7 @@ def test_a_wrong_golden_output_fails_with_the_file_case_and_difference(tmp_path:
     relative = case.output_files()[0]
     data = bytearray((folder / relative).read_bytes())
     data[-2] ^= 0x40  # a high bit of the last float: a large change
-    _rewrite(folder, relative, bytes(data))
+    rewrite(folder, relative, bytes(data))
     results = run_graph_goldens(ExportFolder.open(folder))
     failed = [result for result in results if not result.ok]
     assert len(failed) == 1
@@ -155,7 +144,7 @@ def test_a_wrong_greedy_golden_is_reported(tmp_path: Path) -> None:
     path = folder / "goldens" / "end_to_end.json"
     data = json.loads(path.read_text(encoding="utf-8"))
     data["greedy"][0]["output_ids"] = [*data["greedy"][0]["output_ids"], 7]
-    _rewrite(folder, "goldens/end_to_end.json", json.dumps(data).encode())
+    rewrite(folder, "goldens/end_to_end.json", json.dumps(data).encode())
     results = run_end_to_end(ExportFolder.open(folder))
     failed = [result for result in results if not result.ok]
     assert len(failed) == 1 and failed[0].label.startswith("greedy") and "golden" in failed[0].problem
