@@ -26,6 +26,7 @@ from tokenizers import Tokenizer
 from onnxformer.builder.data import read_text_file
 from onnxformer.builder.families import FAMILIES
 from onnxformer.builder.tokenizer import train_tokenizer
+from onnxformer.builder.training.batching import Truncation
 from onnxformer.builder.training.checkpoint import (
     CHECKPOINT_NAME,
     LOSS_CURVE_NAME,
@@ -107,8 +108,8 @@ def _evals_since(history: dict[str, list], step: int | None) -> int:
 
 
 @dataclass
-class _Run:
-    """What a resumed run starts from."""
+class _Saved:
+    """What a resumed run starts from: its checkpoint, read back, and the options it continues with."""
 
     options: TrainOptions
     model: torch.nn.Module
@@ -120,7 +121,7 @@ class _Run:
     checkpoint: Checkpoint
 
 
-def _load_run(out: Path, options: TrainOptions, changes: Mapping[str, Any] | None) -> _Run:
+def _load_saved(out: Path, options: TrainOptions, changes: Mapping[str, Any] | None) -> _Saved:
     if not (out / CHECKPOINT_NAME).is_file():
         raise CheckpointError(f"--resume: {out} holds no checkpoint to resume; drop --resume to start anew")
     saved = load_checkpoint(out, family=options.family, with_training_state=True)
@@ -133,28 +134,30 @@ def _load_run(out: Path, options: TrainOptions, changes: Mapping[str, Any] | Non
         raise CheckpointError(f"--resume: {resumed.corpus} changed since the run began; start a new run")
     state = saved.training_state
     best = saved.extra.get("best")
-    best_weights = unique_state_dict(saved.model) if best else None
+    # A copy: on CPU the state dict shares the parameters' memory, which the latest weights (next line),
+    # then training, would overwrite.
+    best_weights = {k: v.clone() for k, v in unique_state_dict(saved.model).items()} if best else None
     if "model" in state:  # the latest weights; model.safetensors holds the best
         saved.model.load_state_dict(state["model"], strict=False)
-    return _Run(resumed, saved.model, saved.tokenizer, state, saved.history, best, best_weights, saved)
+    return _Saved(resumed, saved.model, saved.tokenizer, state, saved.history, best, best_weights, saved)
 
 
-def _already_complete(run: _Run, out: Path, started: float) -> TrainResult | None:
-    extra, step = run.checkpoint.extra, run.checkpoint.step
+def _already_complete(saved: _Saved, out: Path, started: float) -> TrainResult | None:
+    extra, step = saved.checkpoint.extra, saved.checkpoint.step
     saved_steps = int(extra["train_options"]["steps"])
     finished = extra.get("complete", step >= saved_steps)
     # A finished run (its steps done, or stopped early) trains again only when given more steps.
-    if not finished or run.options.steps > max(step, saved_steps):
+    if not finished or saved.options.steps > max(step, saved_steps):
         return None
-    parameters = sum(p.numel() for p in run.model.parameters())
+    parameters = sum(p.numel() for p in saved.model.parameters())
     return TrainResult(
         out,
-        run.checkpoint.metrics,
+        saved.checkpoint.metrics,
         parameters,
         time.perf_counter() - started,
         [],
         step=step,
-        best=run.best,
+        best=saved.best,
         stopped_early=bool(extra.get("stopped_early")),
         already_complete=True,
     )
@@ -191,65 +194,110 @@ def train(
     """
     started = time.perf_counter()
     out = Path(out)
-    run = _load_run(out, options, changes) if resume else None
+    saved = _load_saved(out, options, changes) if resume else None
     check_checkpoint_target(out)  # a folder holding the user's own files is refused before any training
-    if run is not None:
-        done = _already_complete(run, out, started)
+    if saved is not None:
+        done = _already_complete(saved, out, started)
         if done is not None:
             return done
-    options = (run.options if run else options).validated()
+    options = (saved.options if saved else options).validated()
     ctx = context(options.device, fsdp=options.fsdp)
     try:
         ctx.rows(options.batch_size)  # the batch must split evenly over the processes
-        return _train(out, options, run, ctx, started, progress, report, stop_after)
+        return _train(out, options, saved, ctx, started, progress, report, stop_after)
     finally:
-        run = None  # its model, sharded in place under FSDP, holds the process group: let go first
+        saved = None  # its model, sharded in place under FSDP, holds the process group: let go first
         ctx.close()
 
 
 def _train(
     out: Path,
     options: TrainOptions,
-    run: _Run | None,
+    saved: _Saved | None,
     ctx: Context,
     started: float,
     progress: Progress | None,
     report: Report | None,
     stop_after: int | None,
 ) -> TrainResult:
-    warnings: list[str] = []
+    run = _begin(out, options, saved, ctx, started, _Reporter(ctx, report))
+    if saved is not None:
+        run.restore(saved.state)
+    end = run.options.steps if stop_after is None else min(run.options.steps, run.step + stop_after)
+    throughput = _Throughput()
+    while run.step < end and not run.stopped:
+        loss, tokens = run.take_step()
+        rate = throughput.add(tokens)
+        if progress is not None and ctx.is_main:
+            progress(run.step, run.options.steps, loss, rate)
+        if run.step % run.options.eval_every == 0 or run.step == run.options.steps:
+            run.evaluate()
+        if run.step % run.options.save_every == 0 and run.step < run.options.steps and not run.stopped:
+            run.save({}, final=False)
+    return run.finish()
 
-    def say(message: str, *, warning: bool = False) -> None:
+
+@dataclass
+class _Reporter:
+    """Tells the user (rank 0 only: the log and the `report` callback) and keeps the warnings given."""
+
+    ctx: Context
+    report: Report | None
+    warnings: list[str] = field(default_factory=list)
+
+    def say(self, message: str, *, warning: bool = False) -> None:
         if warning:
-            warnings.append(message)
-        if ctx.is_main:
+            self.warnings.append(message)
+        if self.ctx.is_main:
             (logger.warning if warning else logger.info)("%s", message)
-            if report is not None:
-                report(("warning: " if warning else "") + message)
+            if self.report is not None:
+                self.report(("warning: " if warning else "") + message)
 
+
+@dataclass
+class _Throughput:
+    """Tokens trained on (over every process) per second, since this call began to train."""
+
+    tokens: float = 0.0
+    since: float = field(default_factory=time.perf_counter)
+
+    def add(self, tokens: float) -> float:
+        self.tokens += tokens
+        return self.tokens / max(time.perf_counter() - self.since, 1e-9)
+
+
+def _task(options: TrainOptions) -> Any:
+    """The family's task (batches, losses, evaluation) over the built-in corpus or the user's file."""
     task = TRAINING[options.family].task
-    task = (
-        task.builtin_corpus(options.seed, val_fraction=options.val_fraction)
-        if options.corpus is None
-        else task.from_file(options.corpus, options.seed, val_fraction=options.val_fraction)
-    )
+    if options.corpus is None:
+        return task.builtin_corpus(options.seed, val_fraction=options.val_fraction)
+    return task.from_file(options.corpus, options.seed, val_fraction=options.val_fraction)
+
+
+def _check_world_size(out: Path, state: dict[str, Any], ctx: Context) -> None:
+    if int(state.get("world_size", 1)) != ctx.world_size:
+        raise CheckpointError(
+            f"--resume: the run in {out} was trained by {state.get('world_size', 1)} process(es), this "
+            f"one has {ctx.world_size}; resume it with --nproc {state.get('world_size', 1)}"
+        )
+
+
+def _begin(
+    out: Path, options: TrainOptions, saved: _Saved | None, ctx: Context, started: float, reporter: _Reporter
+) -> "_Run":
+    """A run ready to train: the task's data, the model (new or saved), optimizer and schedule."""
+    task = _task(options)
     options = options.resolved(train_items=task.train_items())
-    if run is None:
+    if saved is None:
         model, tokenizer = _new_model(options, ctx, task.tokenizer_texts())
         history: dict[str, list] = {"step": [], "train_loss": [], "eval_step": [], "val_loss": []}
-        best, best_weights, state = None, None, None
     else:
-        model, tokenizer, history, state = run.model, run.tokenizer, run.history, run.state
-        best, best_weights = run.best, run.best_weights
-        if int(state.get("world_size", 1)) != ctx.world_size:
-            raise CheckpointError(
-                f"--resume: the run in {out} was trained by {state.get('world_size', 1)} process(es), this "
-                f"one has {ctx.world_size}; resume it with --nproc {state.get('world_size', 1)}"
-            )
+        _check_world_size(out, saved.state, ctx)
+        model, tokenizer, history = saved.model, saved.tokenizer, saved.history
     truncation = task.prepare(tokenizer, model.config.max_len)
     cut = truncation.message("texts")
     if cut:
-        say(cut, warning=True)
+        reporter.say(cut, warning=True)
     evaluator = copy.deepcopy(model) if ctx.fsdp else None  # rank 0's unsharded copy under FSDP
     wrapped = ctx.wrap(model)
     optimizer = make_optimizer(
@@ -258,149 +306,207 @@ def _train(
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(options))
     generator = torch.Generator().manual_seed(options.seed)  # the same on every process
     torch.manual_seed(options.seed + ctx.rank)  # dropout: its own stream per process
-    step = 0
-    if state is not None:
-        ctx.load_optimizer_state(wrapped, optimizer, state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        generator.set_state(state["data_rng"])
-        rank_rng = state.get("rank_rng") or [state["torch_rng"]]
-        torch.set_rng_state(rank_rng[ctx.rank])
-        if ctx.device.type == "cuda" and state.get("cuda_rng"):
-            torch.cuda.set_rng_state(state["cuda_rng"][ctx.rank])
-        step = int(state["step"])
-    parameters = sum(p.numel() for p in unwrap(model).parameters())
+    return _Run(
+        out=out,
+        options=options,
+        ctx=ctx,
+        task=task,
+        tokenizer=tokenizer,
+        truncation=truncation,
+        wrapped=wrapped,
+        evaluator=evaluator,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        generator=generator,
+        history=history,
+        best=saved.best if saved else None,
+        best_weights=saved.best_weights if saved else None,
+        parameters=sum(p.numel() for p in unwrap(model).parameters()),
+        started=started,
+        reporter=reporter,
+    )
+
+
+@dataclass
+class _Run:
+    """One training run on this process: what it trains, where it has got to, and its best weights so far."""
+
+    out: Path
+    options: TrainOptions  # resolved: the steps and evaluation cadence are numbers
+    ctx: Context
+    task: Any  # the family's task: GPTTask, BERTTask or T5Task
+    tokenizer: Tokenizer
+    truncation: Truncation
+    wrapped: torch.nn.Module  # the model as trained: itself, in DDP, or sharded by FSDP
+    evaluator: torch.nn.Module | None  # rank 0's unsharded copy under FSDP
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    generator: torch.Generator  # draws the batches: the same on every process
+    history: dict[str, list]
+    best: dict[str, Any] | None  # {"step", "val_loss", ...} of the best weights (rank 0)
+    best_weights: dict[str, torch.Tensor] | None  # what model.safetensors holds (rank 0)
+    parameters: int
+    started: float
+    reporter: _Reporter
+    step: int = 0
     # A run that stopped early is resumed only for more steps; the patience rule then applies again.
-    stopped = False
+    stopped: bool = False
 
-    def full_model() -> torch.nn.Module | None:
+    def restore(self, state: dict[str, Any]) -> None:
+        """Put the run back where its checkpoint left off (`_load_saved` loaded its latest weights)."""
+        self.ctx.load_optimizer_state(self.wrapped, self.optimizer, state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.generator.set_state(state["data_rng"])
+        rank_rng = state.get("rank_rng") or [state["torch_rng"]]
+        torch.set_rng_state(rank_rng[self.ctx.rank])
+        if self.ctx.device.type == "cuda" and state.get("cuda_rng"):
+            torch.cuda.set_rng_state(state["cuda_rng"][self.ctx.rank])
+        self.step = int(state["step"])
+
+    def take_step(self) -> tuple[float, float]:
+        """One optimizer step on a global batch: (its loss, the tokens in it), summed over the processes."""
+        self.wrapped.train()
+        # every process draws the same global batch, and trains on its own rows of it
+        batch = self.task.sample_batch(self.generator, self.options.batch_size)
+        counts = self.task.normalisers(batch)
+        local = self.ctx.shard(batch, self.options.batch_size)
+        sums = self.task.loss_sums(self.wrapped, local)
+        loss = sum(sums[term] / max(counts[term], 1) for term in sums)
+        self.optimizer.zero_grad(set_to_none=True)
+        (loss * self.ctx.world_size).backward()  # DDP and FSDP average gradients over the processes
+        torch.nn.utils.clip_grad_norm_(self.wrapped.parameters(), self.options.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step += 1
+        total_loss, tokens = self.ctx.sum([loss.item(), float(self.task.tokens_in(local))])
+        self.history["step"].append(self.step)
+        self.history["train_loss"].append(total_loss)
+        return total_loss, tokens
+
+    def evaluate(self) -> None:
+        """Rank 0 evaluates on the held-out split; every process hears the verdict, and may stop early."""
+        current = self.full_model()
+        verdict = self.ctx.broadcast(self._judge(current) if self.ctx.is_main else None)
+        say = self.reporter.say
+        say(verdict["line"])
+        if verdict["overfit"] and not any(w.startswith("held-out loss rose") for w in self.reporter.warnings):
+            say(verdict["overfit"], warning=True)
+        if verdict["stop"] and self.step < self.options.steps:
+            self.stopped = True
+            say(
+                f"stopping early at step {self.step}: no better held-out loss in {self.options.patience} "
+                f"evaluations (--patience); keeping step {self.ctx.broadcast(self.best)['step']}"
+            )
+
+    def _judge(self, current: torch.nn.Module) -> dict[str, Any]:
+        """Rank 0: record the held-out metrics, keep the weights if they are the best, and say what next."""
+        metrics = self.task.evaluate(current)
+        self.history["eval_step"].append(self.step)
+        self.history["val_loss"].append(metrics["val_loss"])
+        improved = self.best is None or metrics["val_loss"] < self.best["val_loss"]
+        if improved:
+            self.best = {"step": self.step, **metrics}
+            self.best_weights = {k: v.clone() for k, v in unique_state_dict(current).items()}
+        best_step, patience = self.best["step"], self.options.patience
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
+        return {
+            "line": f"step {self.step}: {shown}" + (" (best so far)" if improved else ""),
+            "overfit": overfitting_warning(self.history, best_step),
+            "stop": patience > 0 and _evals_since(self.history, best_step) >= patience,
+        }
+
+    def full_model(self) -> torch.nn.Module | None:
         """Rank 0's model with the current weights (collective under FSDP), None on the others."""
-        weights = ctx.full_state(wrapped)
-        if not ctx.is_main:
+        weights = self.ctx.full_state(self.wrapped)
+        if not self.ctx.is_main:
             return None
-        if evaluator is None:
-            return unwrap(wrapped)
-        evaluator.load_state_dict(weights)
-        return evaluator
+        if self.evaluator is None:
+            return unwrap(self.wrapped)
+        self.evaluator.load_state_dict(weights)
+        return self.evaluator
 
-    def checkpoint(metrics: dict[str, Any], *, final: bool) -> None:
-        current = full_model()
-        optimizer_state = ctx.full_optimizer_state(wrapped, optimizer)
-        rng = ctx.gather(torch.get_rng_state())
-        cuda_rng = ctx.gather(torch.cuda.get_rng_state()) if ctx.device.type == "cuda" else None
-        ctx.barrier()
-        if ctx.is_main:
-            latest = unique_state_dict(current)
-            training_state = {
-                "model": latest,
-                "optimizer": optimizer_state,
-                "scheduler": scheduler.state_dict(),
-                "data_rng": generator.get_state(),
-                "torch_rng": rng[0],
-                "rank_rng": rng,
-                "cuda_rng": cuda_rng,
-                "world_size": ctx.world_size,
-                "step": step,
-            }
-            extra = {
-                "train_options": asdict(options),
-                "corpus_sha256": _corpus_digest(options),
-                "best": best,
-                "complete": final,
-                "stopped_early": stopped,
-                "truncation": truncation.as_dict(),
-                "world_size": ctx.world_size,
-            }
+    def save(self, metrics: dict[str, Any], *, final: bool) -> None:
+        """Write the checkpoint (rank 0); every process takes part in gathering its state."""
+        current = self.full_model()
+        optimizer_state = self.ctx.full_optimizer_state(self.wrapped, self.optimizer)
+        rng = self.ctx.gather(torch.get_rng_state())
+        cuda_rng = self.ctx.gather(torch.cuda.get_rng_state()) if self.ctx.device.type == "cuda" else None
+        self.ctx.barrier()
+        if self.ctx.is_main:
+            state = self._training_state(current, optimizer_state, rng, cuda_rng)
             files = {}
             if final:
-                files[LOSS_CURVE_NAME] = loss_curve_png(history, title=f"{options.family} {options.preset}")
-            save_checkpoint(
-                out,
-                Checkpoint(options.family, current, tokenizer, step, metrics, history, training_state, extra),
-                versions=tool_versions(),
-                extra_files=files,
-                weights=best_weights,
+                title = f"{self.options.family} {self.options.preset}"
+                files[LOSS_CURVE_NAME] = loss_curve_png(self.history, title=title)
+            extra = self._extra(final=final)
+            checkpoint = Checkpoint(
+                self.options.family, current, self.tokenizer, self.step, metrics, self.history, state, extra
             )
-        ctx.barrier()
+            save_checkpoint(
+                self.out, checkpoint, versions=tool_versions(), extra_files=files, weights=self.best_weights
+            )
+        self.ctx.barrier()
 
-    ran = 0
-    window_tokens, window_start = 0.0, time.perf_counter()
-    while step < options.steps and not stopped and (stop_after is None or ran < stop_after):
-        wrapped.train()
-        batch = task.sample_batch(generator, options.batch_size)  # the global batch, on every process
-        counts = task.normalisers(batch)
-        local = ctx.shard(batch, options.batch_size)
-        sums = task.loss_sums(wrapped, local)
-        loss = sum(sums[term] / max(counts[term], 1) for term in sums)
-        optimizer.zero_grad(set_to_none=True)
-        (loss * ctx.world_size).backward()  # DDP and FSDP average gradients over the processes
-        torch.nn.utils.clip_grad_norm_(wrapped.parameters(), options.grad_clip)
-        optimizer.step()
-        scheduler.step()
-        step += 1
-        ran += 1
-        total_loss, tokens = ctx.sum([loss.item(), float(task.tokens_in(local))])
-        window_tokens += tokens
-        history["step"].append(step)
-        history["train_loss"].append(total_loss)
-        if progress is not None and ctx.is_main:
-            elapsed = max(time.perf_counter() - window_start, 1e-9)
-            progress(step, options.steps, total_loss, window_tokens / elapsed)
-        if step % options.eval_every == 0 or step == options.steps:
-            current = full_model()
-            verdict = None
-            if ctx.is_main:
-                metrics = task.evaluate(current)
-                history["eval_step"].append(step)
-                history["val_loss"].append(metrics["val_loss"])
-                improved = best is None or metrics["val_loss"] < best["val_loss"]
-                if improved:
-                    best = {"step": step, **metrics}
-                    best_weights = {k: v.clone() for k, v in unique_state_dict(current).items()}
-                shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
-                verdict = {
-                    "line": f"step {step}: {shown}" + (" (best so far)" if improved else ""),
-                    "overfit": overfitting_warning(history, best["step"]),
-                    "stop": options.patience > 0 and _evals_since(history, best["step"]) >= options.patience,
-                }
-            verdict = ctx.broadcast(verdict)
-            say(verdict["line"])
-            if verdict["overfit"] and not any(w.startswith("held-out loss rose") for w in warnings):
-                say(verdict["overfit"], warning=True)
-            if verdict["stop"] and step < options.steps:
-                stopped = True
-                say(
-                    f"stopping early at step {step}: no better held-out loss in {options.patience} "
-                    f"evaluations (--patience); keeping step {ctx.broadcast(best)['step']}"
-                )
-        if step % options.save_every == 0 and step < options.steps and not stopped:
-            checkpoint({}, final=False)
-    complete = step >= options.steps or stopped
-    metrics: dict[str, Any] = {}
-    samples: list[str] = []
-    if complete and ctx.is_main:
-        final_model = full_model_copy(full_model(), best_weights)
-        quality = task.quality(final_model, seed=options.seed, samples=options.quality_samples)
-        metrics = {**task.evaluate(final_model), **quality}
-        samples = list(getattr(task, "samples", []))
-        metrics["best_step"] = best["step"] if best else step
-        metrics["parameters"] = parameters
-        metrics["train_seconds"] = round(time.perf_counter() - started, 1)
-    elif complete:
-        full_model()  # the collective of rank 0's call above, under FSDP
-    checkpoint(metrics, final=complete)
-    best = ctx.broadcast(best)
-    return TrainResult(
-        out,
-        metrics,
-        parameters,
-        time.perf_counter() - started,
-        samples,
-        step=step,
-        best=best,
-        warnings=warnings,
-        stopped_early=stopped,
-        rank=ctx.rank,
-    )
+    def _training_state(
+        self, current: torch.nn.Module, optimizer_state: dict | None, rng: list, cuda_rng: list | None
+    ) -> dict[str, Any]:
+        """training_state.pt: the latest weights and everything that decides what happens next."""
+        return {
+            "model": unique_state_dict(current),
+            "optimizer": optimizer_state,
+            "scheduler": self.scheduler.state_dict(),
+            "data_rng": self.generator.get_state(),
+            "torch_rng": rng[0],
+            "rank_rng": rng,
+            "cuda_rng": cuda_rng,
+            "world_size": self.ctx.world_size,
+            "step": self.step,
+        }
+
+    def _extra(self, *, final: bool) -> dict[str, Any]:
+        """checkpoint.json's "extra": how the run was made and how far it is."""
+        return {
+            "train_options": asdict(self.options),
+            "corpus_sha256": _corpus_digest(self.options),
+            "best": self.best,
+            "complete": final,
+            "stopped_early": self.stopped,
+            "truncation": self.truncation.as_dict(),
+            "world_size": self.ctx.world_size,
+        }
+
+    def finish(self) -> TrainResult:
+        """The last checkpoint (with the final metrics, of the best weights, once complete) and the result."""
+        complete = self.step >= self.options.steps or self.stopped
+        metrics: dict[str, Any] = {}
+        samples: list[str] = []
+        if complete and self.ctx.is_main:
+            metrics, samples = self._final_metrics()
+        elif complete:
+            self.full_model()  # the collective of rank 0's call in _final_metrics, under FSDP
+        self.save(metrics, final=complete)
+        return TrainResult(
+            self.out,
+            metrics,
+            self.parameters,
+            time.perf_counter() - self.started,
+            samples,
+            step=self.step,
+            best=self.ctx.broadcast(self.best),
+            warnings=self.reporter.warnings,
+            stopped_early=self.stopped,
+            rank=self.ctx.rank,
+        )
+
+    def _final_metrics(self) -> tuple[dict[str, Any], list[str]]:
+        """Rank 0: the held-out metrics and quality check of the best weights, and the samples drawn."""
+        final_model = full_model_copy(self.full_model(), self.best_weights)
+        quality = self.task.quality(final_model, seed=self.options.seed, samples=self.options.quality_samples)
+        metrics = {**self.task.evaluate(final_model), **quality}
+        metrics["best_step"] = self.best["step"] if self.best else self.step
+        metrics["parameters"] = self.parameters
+        metrics["train_seconds"] = round(time.perf_counter() - self.started, 1)
+        return metrics, list(getattr(self.task, "samples", []))
 
 
 def full_model_copy(model: torch.nn.Module, weights: dict[str, torch.Tensor] | None) -> torch.nn.Module:
