@@ -175,8 +175,8 @@ def run_benchmark(options: BenchOptions, *, progress: Progress | None = None) ->
 
 
 def _command_line() -> str:
-    program = "onnxformer" if Path(sys.argv[0]).name == "onnxformer" else "python -m benchmarks"
-    return " ".join([program, *sys.argv[1:]])
+    """What ran, as the checkout's root runs it (`onnxformer bench` runs `python -m benchmarks` there)."""
+    return " ".join(["python -m benchmarks", *sys.argv[1:]])
 
 
 def _int8_accuracy(options: BenchOptions, say: Progress) -> dict:

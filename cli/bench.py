@@ -1,7 +1,15 @@
-"""`onnxformer bench`: the runtime against PyTorch eager on this machine (see benchmarks/README.md)."""
+"""`onnxformer bench`: the runtime against PyTorch eager on this machine (see benchmarks/README.md).
 
-import json
+The benchmark is not part of the package: it lives in the source checkout (benchmarks/, beside the
+package) and is its own program there, `python -m benchmarks`. This command finds the checkout and runs
+that program in a child process with the checkout as its working folder, passing on the options given
+here; nothing is imported from the checkout and sys.path is left alone, so an installed `onnxformer`
+behaves the same wherever it is run from.
+"""
+
+import importlib.util
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -9,17 +17,21 @@ from typing import Annotated
 import typer
 
 from onnxformer.cli.errors import user_errors
-from onnxformer.cli.printing import console, echo_json, finite
 from onnxformer.runtime.errors import ConfigError
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the checkout, in an editable install
-BENCHMARK = Path("benchmarks") / "run.py"
+BENCHMARK = Path("benchmarks") / "__main__.py"
+NOT_IN_CHECKOUT = (
+    "`onnxformer bench` runs from a source checkout (the benchmark, benchmarks/, is not installed with the "
+    "package), and {cwd} is not inside one: run it in a clone of onnxformer with the builder installed "
+    "(`make setup`, then `make bench`)"
+)
 
 
 def find_checkout(*, package_root: Path = PACKAGE_ROOT, cwd: Path | None = None) -> Path | None:
-    """The source checkout that holds the benchmark (benchmarks/run.py, beside pyproject.toml): the one the
-    package runs from (an editable install), else the working folder or the nearest folder above it (a
-    plain `pip install .` run inside its clone); None outside any."""
+    """The source checkout that holds the benchmark (benchmarks/__main__.py, beside pyproject.toml): the
+    one the package runs from (an editable install), else the working folder or the nearest folder above
+    it (a plain `pip install .` run inside its clone); None outside any."""
     here = (cwd or Path.cwd()).resolve()
     for folder in (package_root, here, *here.parents):
         if (folder / BENCHMARK).is_file() and (folder / "pyproject.toml").is_file():
@@ -31,8 +43,12 @@ def bench_command(
     ctx: typer.Context,
     out: Annotated[Path | None, typer.Option(help="Write the result JSON here.")] = None,
     work: Annotated[
-        Path, typer.Option(help="Folder for the benchmark models (built once, reused while up to date).")
-    ] = Path("runs/bench"),
+        Path | None,
+        typer.Option(
+            help="Folder for the benchmark models (built once, reused while up to date); default "
+            "runs/bench in the checkout, runs/bench-peers with --peers."
+        ),
+    ] = None,
     threads: Annotated[
         int | None, typer.Option(help="Threads for both PyTorch and ONNX Runtime (default: all CPUs).")
     ] = None,
@@ -49,7 +65,7 @@ def bench_command(
         typer.Option(
             "--peers",
             help="Instead: the runtime side by side with Optimum, sentence-transformers, onnxruntime-genai "
-            "and transformers, each in its own environment (make peers-venvs); models in runs/bench-peers.",
+            "and transformers, each in its own environment (make peers-venvs).",
         ),
     ] = False,
     family: Annotated[
@@ -61,77 +77,53 @@ def bench_command(
     generation of 128 tokens, T5 64 to 64 tokens) with PyTorch eager and with the runtime on the plain,
     fused and int8 exports of the `small` presets (random weights), alternating in one process with the
     same thread count; then the runtime's start-up time and memory, the machine's SGEMM limit and int8's
-    accuracy cost. Prints the tables; --out writes the JSON (medians, min/max, ratios, machine facts)."""
+    accuracy cost. Prints the tables; --out writes the JSON (medians, min/max, ratios, machine facts).
+    Runs from a source checkout (the benchmark is not installed with the package)."""
     with user_errors(ctx):
         checkout = find_checkout()
         if checkout is None:
-            raise ConfigError(
-                f"the benchmark lives in the source checkout ({BENCHMARK}), and {Path.cwd()} is not inside "
-                "one; cd into a clone of onnxformer and run it there"
-            )
-        if str(checkout) not in sys.path:
-            sys.path.insert(0, str(checkout))
-        if peers:
-            work = Path("runs/bench-peers") if work == Path("runs/bench") else work
-            result = _run_peers(work, threads, repeats, warmup, quick, fresh, family)
-            _write(out, result)
-            if as_json:
-                echo_json(result)
-            else:
-                from benchmarks.peers.report import print_peers
-
-                print_peers(console, result)
-            return
-        from benchmarks.report import print_tables
-        from benchmarks.run import BenchOptions, run_benchmark
-
-        options = BenchOptions(
-            work=work,
-            threads=threads or os.cpu_count() or 1,
-            warmup=warmup,
-            repeats=repeats,
-            quick=quick,
-            fresh=fresh,
-            accuracy=accuracy,
-        )
-        with console.status("benchmark") as status:
-            result = run_benchmark(options, progress=lambda message: status.update(message))
-        _write(out, result)
-    if as_json:
-        echo_json(result)
-    else:
-        print_tables(console, result)
+            raise ConfigError(NOT_IN_CHECKOUT.format(cwd=Path.cwd()))
+        if importlib.util.find_spec("torch") is None:  # said here, in one line, before the child starts
+            raise ModuleNotFoundError("No module named 'torch'", name="torch")
+    arguments = benchmark_arguments(ctx, checkout=checkout)
+    if ctx.obj and ctx.obj.get("debug"):
+        arguments.append("--debug")
+    # `-m benchmarks` finds the program in its working folder, which PYTHONSAFEPATH would leave out.
+    environment = {name: value for name, value in os.environ.items() if name != "PYTHONSAFEPATH"}
+    with subprocess.Popen(
+        [sys.executable, "-m", "benchmarks", *arguments], cwd=checkout, env=environment
+    ) as child:
+        try:
+            code = child.wait()
+        except KeyboardInterrupt:  # the child got the same Ctrl-C: let it stop its workers and say so
+            code = child.wait()
+    if code:
+        raise typer.Exit(code)
 
 
-def _write(out: Path | None, result: dict) -> None:
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(finite(result), indent=2, allow_nan=False) + "\n")
+def _given(ctx: typer.Context, name: str) -> bool:
+    # By name: typer may carry its own copy of click, whose ParameterSource is another enum class.
+    source = ctx.get_parameter_source(name)
+    return getattr(source, "name", None) not in (None, "DEFAULT", "DEFAULT_MAP")
 
 
-def _run_peers(
-    work: Path,
-    threads: int | None,
-    repeats: int,
-    warmup: int,
-    quick: bool,
-    fresh: bool,
-    family: list[str] | None,
-) -> dict:
-    """`--peers` (benchmarks/peers/run.py): every tool in its own worker process, alternating."""
-    from benchmarks.peers.run import FAMILIES, PeersOptions, run_peers
+def benchmark_arguments(ctx: typer.Context, *, checkout: Path) -> list[str]:
+    """The options given on this command line, as `python -m benchmarks` takes them (the same names and
+    defaults); paths are made relative to the checkout, the child's working folder."""
+    arguments: list[str] = []
+    for param in ctx.command.params:
+        if not _given(ctx, param.name):
+            continue
+        value = ctx.params[param.name]
+        if param.is_flag:
+            arguments.append(param.opts[0] if value else param.secondary_opts[0])
+            continue
+        for item in value if param.multiple else [value]:
+            text = _relative(item, checkout) if isinstance(item, Path) else str(item)
+            arguments += [param.opts[0], text]
+    return arguments
 
-    unknown = sorted(set(family or ()) - set(FAMILIES))
-    if unknown:
-        raise ConfigError(f"--family takes {', '.join(FAMILIES)}, not {', '.join(unknown)}")
-    options = PeersOptions(
-        work=work,
-        threads=threads or os.cpu_count() or 1,
-        warmup=warmup,
-        repeats=repeats,
-        quick=quick,
-        fresh=fresh,
-        families=tuple(f for f in FAMILIES if f in family) if family else FAMILIES,
-    )
-    with console.status("peers") as status:
-        return run_peers(options, progress=lambda message: status.update(message))
+
+def _relative(path: Path, checkout: Path) -> str:
+    absolute = path.resolve()
+    return str(absolute.relative_to(checkout)) if absolute.is_relative_to(checkout) else str(absolute)

@@ -1,4 +1,6 @@
-"""The builder's own imports: no cycle, and the direction cli -> builder -> runtime.
+"""The builder's own imports: no cycle, and the direction cli -> builder -> runtime (benchmarks/ beside
+them, never importing the CLI); nothing edits sys.path; and family and Hugging Face architecture names
+only in the files that own them.
 
 The import graph is read from the source: every `import` and `from ... import` anywhere in a module,
 functions included (a lazy import inside a function still counts as an edge). Importing `a.b.c` also runs
@@ -102,39 +104,168 @@ def test_builder_has_no_import_cycle() -> None:
     assert cycle is None, " -> ".join(cycle)
 
 
-def test_builder_never_imports_the_cli() -> None:
-    modules = _modules()
-    wrong = sorted(
-        f"{name} imports {alias.name if isinstance(node, ast.Import) else node.module}"
-        for name, tree in modules.items()
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Import | ast.ImportFrom)
-        for alias in node.names
-        if (alias.name if isinstance(node, ast.Import) else (node.module or "")).startswith("onnxformer.cli")
-    )
-    assert not wrong, wrong
-
-
-FAMILY_LITERAL = re.compile(r"""["'](gpt|bert|t5)["']|family\s*[!=]=""")
+PACKAGE_FOLDERS = ("builder", "cli", "runtime")
 ROOT = BUILDER.parent
-# The tables that name the families, one line per family each.
+
+
+def _trees(*folders: str) -> dict[str, ast.Module]:
+    """Path relative to the checkout ("builder/export/layout.py") -> its AST, for every file of `folders`."""
+    return {
+        path.relative_to(ROOT).as_posix(): ast.parse(path.read_text(), filename=str(path))
+        for folder in folders
+        for path in sorted((ROOT / folder).rglob("*.py"))
+    }
+
+
+def _imports_the_cli(node: ast.AST) -> str | None:
+    """The CLI module an import statement (or an importlib.import_module("...") call) names, else None."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom) and node.level == 0:
+        names = [node.module or ""]
+    elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+        names = [str(node.args[0].value)] if ast.unparse(node.func).endswith("import_module") else []
+    else:
+        return None
+    return next((name for name in names if name.split(".")[:2] == ["onnxformer", "cli"]), None)
+
+
+def test_nothing_below_the_cli_imports_it() -> None:
+    """cli -> builder -> runtime, and benchmarks/ uses the package as any program does: none of them
+    imports the CLI (the CLI may start them; they never reach back into it)."""
+    assert _imports_the_cli(ast.parse("from onnxformer.cli.main import app").body[0])
+    assert _imports_the_cli(ast.parse("importlib.import_module('onnxformer.cli.bench')").body[0].value)
+    wrong = [
+        f"{path}:{node.lineno} imports {name}"
+        for path, tree in _trees("builder", "runtime", "benchmarks").items()
+        for node in ast.walk(tree)
+        if (name := _imports_the_cli(node))
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def _edits_sys_path(node: ast.AST) -> bool:
+    """`sys.path.insert/append/extend/remove/...(...)`, `sys.path = / += / [...] =`, site.addsitedir."""
+    if isinstance(node, ast.Call):
+        called = ast.unparse(node.func)
+        return called.startswith("sys.path.") or called.endswith("addsitedir")
+    if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign | ast.Delete):
+        targets = node.targets if isinstance(node, ast.Assign | ast.Delete) else [node.target]
+        return any(ast.unparse(t).split("[")[0] == "sys.path" for t in targets)
+    return False
+
+
+def test_nothing_edits_sys_path() -> None:
+    """Imports mean the same wherever a command runs: the package and the benchmark find what they import
+    through the install (or, for `python -m benchmarks`, its working folder), never by editing sys.path."""
+    for snippet in (
+        "sys.path.insert(0, 'x')",
+        "sys.path += ['x']",
+        "sys.path[:0] = ['x']",
+        "site.addsitedir('x')",
+    ):
+        assert any(_edits_sys_path(node) for node in ast.walk(ast.parse(snippet))), snippet
+    wrong = [
+        f"{path}:{node.lineno}: {ast.unparse(node)}"
+        for path, tree in _trees(*PACKAGE_FOLDERS, "benchmarks", "onnxformer").items()
+        for node in ast.walk(tree)
+        if _edits_sys_path(node)
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def _known_names() -> tuple[set[str], set[str]]:
+    """(our family names and the Hugging Face model types the importer reads, the Hugging Face
+    architecture class names it imports), from the tables that own them."""
+    from onnxformer.builder.families import FAMILIES
+    from onnxformer.builder.pretrained import ARCHITECTURES
+
+    families = set(FAMILIES) | {architecture.model_type for architecture in ARCHITECTURES.values()}
+    return families, set(ARCHITECTURES)
+
+
+# A Hugging Face architecture by its shape (BertForMaskedLM, GPT2LMHeadModel), importable or not.
+ARCHITECTURE_SHAPE = r"[A-Z][A-Za-z0-9]*(?:For[A-Z][A-Za-z]*|LMHeadModel)"
+# The tables that name the families or architectures, one line per entry each.
 TABLES = (
     "builder/families/__init__.py",  # FAMILIES
     "builder/export/recipes/__init__.py",  # RECIPES
     "builder/training/defaults.py",  # the training defaults per family
+    "builder/pretrained/__init__.py",  # ARCHITECTURES: Hugging Face class name -> the importer's module
 )
-NOT_YET: tuple[str, ...] = ()
+# Help text and messages that name one for the reader: (file, the name) -> why. Keep it short.
+HELP_TEXT: dict[tuple[str, str], str] = {}
 
 
-def test_family_names_appear_only_in_the_tables_and_the_family_files() -> None:
-    """Adding a family is its model file, its recipe, its training task and one line per table: no other
-    file of builder/ or cli/ may name a family (no `if family == "gpt"` chains, no per-family dicts)."""
+def _docstrings(tree: ast.Module) -> set[int]:
+    scopes = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    return {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, scopes) and node.body and isinstance(node.body[0], ast.Expr)
+    }
+
+
+def _is_family(node: ast.AST) -> bool:
+    """`family`, `x.family`, `x["family"]`: a family value."""
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Constant) and node.slice.value == "family"
+    return (isinstance(node, ast.Name) and node.id == "family") or (
+        isinstance(node, ast.Attribute) and node.attr == "family"
+    )
+
+
+def test_family_and_architecture_names_appear_only_in_the_tables_and_the_family_files() -> None:
+    """Adding a family is its model file, its recipe, its training task and one line per table; adding an
+    architecture is its importer module and one line in ARCHITECTURES. No other file of builder/, cli/ or
+    runtime/ may name one in code: no `if family == "gpt"` chains, no per-family or per-architecture dicts
+    (`{"BertForMaskedLM": ...}`), no family compared with anything but another family. Docstrings and
+    comments are prose; help text that names one goes in HELP_TEXT, with the reason."""
+    families, architectures = _known_names()
+    assert {"gpt", "bert", "t5", "llama"} <= families and "LlamaForCausalLM" in architectures
+    named = re.compile(rf"\b(?:{ARCHITECTURE_SHAPE}|{'|'.join(sorted(architectures))})\b")
     found = []
-    for path in sorted([*BUILDER.rglob("*.py"), *(ROOT / "cli").rglob("*.py")]):
-        relative = path.relative_to(ROOT).as_posix()
-        if relative in TABLES or relative in NOT_YET or path.stem.split("_")[0] in ("gpt", "bert", "t5"):
+    for path, tree in _trees(*PACKAGE_FOLDERS).items():
+        if path in TABLES or Path(path).stem.split("_")[0] in families:
             continue
-        for number, line in enumerate(path.read_text().splitlines(), start=1):
-            if FAMILY_LITERAL.search(line):
-                found.append(f"{relative}:{number}: {line.strip()}")
+        prose = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose:
+                match = node.value if node.value in families else named.search(node.value)
+                name = match if isinstance(match, str) or match is None else match.group()
+                if name and (path, name) not in HELP_TEXT:
+                    found.append(f"{path}:{node.lineno}: {node.value[:80]!r}")
+            elif isinstance(node, ast.Compare) and isinstance(node.ops[0], ast.Eq | ast.NotEq):
+                sides = [_is_family(side) for side in (node.left, *node.comparators)]
+                if any(sides) and not all(sides):
+                    found.append(f"{path}:{node.lineno}: {ast.unparse(node)}")
+    assert not found, "\n".join(found)
+
+
+def _reads_a_manifests_family(node: ast.AST) -> bool:
+    """`manifest.family`, `x.manifest.family`, `export.family` (a runtime export's, the manifest's)."""
+    node = (
+        node.args[0] if isinstance(node, ast.Call) and ast.unparse(node.func) == "str" and node.args else node
+    )
+    owner = node.value if isinstance(node, ast.Attribute) and node.attr == "family" else None
+    return isinstance(owner, ast.Name | ast.Attribute) and ast.unparse(owner).split(".")[-1] in (
+        "manifest",
+        "export",
+    )
+
+
+def test_a_manifests_family_keys_nothing_but_its_recipe() -> None:
+    """The manifest's `family` is informational (the runtime goes by `task`): the builder reads it back
+    in one place, `recipe_for(manifest)`, which checks it against the task; no other lookup is keyed by it."""
+    found = []
+    for path, tree in _trees(*PACKAGE_FOLDERS).items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Subscript):
+                keys = [node.slice]
+            elif isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in ("recipe", "get"):
+                keys = list(node.args)
+            else:
+                continue
+            if path != "builder/export/recipes/__init__.py" and any(map(_reads_a_manifests_family, keys)):
+                found.append(f"{path}:{node.lineno}: {ast.unparse(node)}")
     assert not found, "\n".join(found)

@@ -83,8 +83,8 @@ def test_the_package_imports_in_the_checkouts_root(plain_install: Path) -> None:
 
 
 def test_bench_finds_the_clone_it_is_run_in(plain_install: Path, tmp_path: Path) -> None:
-    """A plain install holds no benchmarks/: `bench` run inside the clone uses the clone's (it gets as far
-    as checking its options), and outside any clone says to cd into one."""
+    """A plain install holds no benchmarks/: `bench` run inside the clone runs the clone's (which gets as far
+    as checking its options), and outside any clone says in one line that it runs from a checkout."""
     # -P: the working folder is not put on sys.path (as for the installed `onnxformer` script), so the
     # clone's own folders are not imported in place of the install.
     command = [sys.executable, "-P", "-m", "onnxformer", "bench", "--peers", "--family", "nonesuch"]
@@ -96,7 +96,9 @@ def test_bench_finds_the_clone_it_is_run_in(plain_install: Path, tmp_path: Path)
     assert inside.returncode == 1 and inside.stderr.startswith("error: --family takes encoder"), inside.stderr
     outside = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, check=False)
     assert outside.returncode == 1, outside.stderr
-    assert f"{tmp_path} is not inside one; cd into a clone of onnxformer" in outside.stderr
+    (line,) = outside.stderr.strip().splitlines()
+    assert line.startswith("error: `onnxformer bench` runs from a source checkout"), line
+    assert f"{tmp_path} is not inside one: run it in a clone of onnxformer" in line
 
 
 def test_dependencies_keep_the_runtime_light() -> None:

@@ -68,6 +68,7 @@ class Worker:
             "PYTHONUNBUFFERED": "1",
         }
         environment.pop("PYTHONPATH", None)
+        environment.pop("PYTHONSAFEPATH", None)  # the worker imports its tool_*.py from its own folder
         self._log = log.open("w")
         self.process = subprocess.Popen(
             [str(env.python), str(WORKER)],

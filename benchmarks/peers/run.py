@@ -243,7 +243,7 @@ def run_peers(options: PeersOptions, *, progress: Progress | None = None) -> dic
         workloads += results
     result = {
         "schema": SCHEMA,
-        "command": " ".join(["onnxformer", *sys.argv[1:]]),
+        "command": " ".join(["python -m benchmarks", *sys.argv[1:]]),  # as run.py records it
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": machine_facts(options.threads),
         "settings": {

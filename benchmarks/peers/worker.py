@@ -22,7 +22,6 @@ import os
 import sys
 import time
 import traceback
-from pathlib import Path
 
 
 def _protocol_stream():
@@ -34,7 +33,8 @@ def _protocol_stream():
 
 
 def _tool(name: str):
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    # Run as a script, the worker has its own folder first on sys.path: tool_*.py and calls.py import as
+    # top-level modules.
     return importlib.import_module(f"tool_{name}")
 
 

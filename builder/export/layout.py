@@ -90,9 +90,10 @@ COPIES = {
     "encode": (("encoder", "model.onnx"),),
     "seq2seq": (("encoder", "encoder_model.onnx"),),
 }
-# Hugging Face architecture -> our output that the loaders' head classes read as `logits`
-# (ORTModelForMaskedLM / ORTModelForSequenceClassification, transformers.js' BertForMaskedLM / ...).
-LOGITS = {"BertForMaskedLM": "mlm_logits", "BertForSequenceClassification": "class_logits"}
+# The encoder heads (manifest output keys) that the loaders' head classes read as `logits`
+# (ORTModelForMaskedLM / ORTModelForSequenceClassification, transformers.js' ...ForMaskedLM / ...): an
+# imported checkpoint has the head its architecture has, which the manifest lists among the outputs.
+HEADS = ("mlm_logits", "class_logits")
 MERGED_DECODER = "decoder_model_merged.onnx"
 DECODER_PAST_KEY, DECODER_PAST_VALUE = "past_key_values.{i}.decoder.key", "past_key_values.{i}.decoder.value"
 DECODER_PRESENT_KEY, DECODER_PRESENT_VALUE = "present.{i}.decoder.key", "present.{i}.decoder.value"
@@ -122,11 +123,10 @@ def write_layout(export_dir: str | os.PathLike, source: str | os.PathLike, *, la
     for path, data in _side_files(source).items():
         add(path, data, FileEntry(path, sha256_bytes(data), len(data), "layout", {"layout": layout}, (), ()))
     goldens_of = {graph.file: graph for graph in golden_graphs}
-    head = LOGITS.get(manifest.extra["source"]["architecture"])
     for role, name in COPIES[manifest.task]:
         original = manifest.file(manifest.graphs[role])
         path = f"{SUBFOLDER}/{name}"
-        aliases = {"logits": head} if head and role == "encoder" else {}
+        aliases = {"logits": head} if role == "encoder" and (head := _head(manifest, role)) else {}
         data, entry = _renamed_copy(original, files[original.path], path, layout, aliases)
         add(path, data, entry)
         if original.path in goldens_of:
@@ -145,6 +145,13 @@ def write_layout(export_dir: str | os.PathLike, source: str | os.PathLike, *, la
     )
     write_export_folder(Path(export_dir), files, updated)
     return updated
+
+
+def _head(manifest: Manifest, role: str) -> str | None:
+    """The graph's output that the loaders' head classes read as `logits`: its one head, if it has one."""
+    outputs = manifest.io[role].outputs if role in manifest.io else {}
+    heads = [outputs[key] for key in HEADS if key in outputs]
+    return heads[0] if len(heads) == 1 else None
 
 
 def check_layout_source(source: str | os.PathLike, *, layout: Layout) -> None:

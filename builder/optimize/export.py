@@ -44,7 +44,7 @@ from typing import Any, Literal
 import onnx
 
 from onnxformer.builder.export.folder import write_export_folder
-from onnxformer.builder.export.recipes import recipe
+from onnxformer.builder.export.recipes import recipe_for
 from onnxformer.builder.optimize.cache import BUFFER_AXIS, in_place_cache, pack_cached_qkv
 from onnxformer.builder.optimize.fusion import fuse_attention, pack_qkv, pack_sibling_matmuls
 from onnxformer.builder.optimize.onnx_graph import share_input_shapes
@@ -232,7 +232,7 @@ def optimize_export(
         raise ExportError(f"{folder} is a blocks export; optimize takes a model export (onnxformer export)")
     if "optimization" in manifest.extra:
         raise ExportError(f"{folder} is already optimised; optimise the original export instead")
-    config, main_outputs = manifest.config, recipe(str(manifest.family)).main_outputs
+    config, main_outputs = manifest.config, recipe_for(manifest).main_outputs
     files = {entry.path: source.read(entry.path) for entry in manifest.files}
     graphs = [manifest.graphs[role] for role in main_outputs]
     originals = {path: files[path] for path in graphs}

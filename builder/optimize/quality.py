@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from onnxformer.builder.export.recipes import RECIPES, recipe
+from onnxformer.builder.export.recipes import RECIPES, recipe_for
 from onnxformer.runtime.errors import ExportError
 from onnxformer.runtime.folder import ExportFolder
 from onnxformer.runtime.goldens import case_allowance, golden_cases, run_case
@@ -119,4 +119,4 @@ def _min_row_cosine(a: np.ndarray, b: np.ndarray) -> float:
 def task_metrics(export: ModelExport, *, limit: int = 400) -> dict[str, float]:
     """The built-in task scores of a model export on up to `limit` held-out examples (the family's recipe
     knows its task)."""
-    return recipe(export.family).task_metrics(export, limit)
+    return recipe_for(export.manifest).task_metrics(export, limit)
