@@ -193,6 +193,41 @@ def llama_folder(
     return folder
 
 
+def qwen2_folder(folder: Path) -> Path:
+    """A Qwen2: Llama's layout with biases on q, k and v and none on the output projection."""
+    import transformers
+
+    tok = byte_bpe_tokenizer(["<unk>", "<s>", "</s>"], prefix="<s>")
+    config = transformers.Qwen2Config(
+        vocab_size=_vocab(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=80,
+        rope_theta=1e6,
+        initializer_range=SCALE,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=False,
+        rms_norm_eps=1e-6,
+        use_sliding_window=False,
+    )
+    torch.manual_seed(0)
+    model = transformers.Qwen2ForCausalLM(config).eval()
+    # Random norm weights and biases, so that one mapped to the wrong place shows in the parity.
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "norm" in name:
+                parameter.uniform_(0.5, 1.5)
+            elif name.endswith(".bias"):
+                parameter.normal_(0.0, 0.5)
+    model.save_pretrained(folder)
+    save_tokenizer(folder, tok, {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"})
+    return folder
+
+
 def t5_folder(folder: Path, *, gated: bool) -> Path:
     import transformers
 

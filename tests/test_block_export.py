@@ -33,22 +33,25 @@ def test_catalog_covers_every_option() -> None:
     for spec in CATALOG:
         for key, value in spec.options.items():
             seen.setdefault(f"{spec.kind}.{key}", set()).add(value)
-    assert seen["encoder_block.norm_position"] == {"pre", "post"}
-    assert seen["decoder_block.norm_position"] == {"pre", "post"}
-    assert seen["encoder_block.activation"] == {"relu", "gelu"}
-    assert seen["decoder_block.activation"] == {"relu", "gelu", "silu"}
-    assert seen["feed_forward.activation"] == {"relu", "gelu", "gelu_tanh", "silu"}
-    assert seen["feed_forward.gated"] == {True, False}
-    assert seen["feed_forward.bias"] == {True, False}
-    assert seen["residual_norm.norm_position"] == {"pre", "post"}
-    assert seen["residual_norm.norm"] == {"rms"}  # "layer" is every other residual block's default
-    assert seen["norm.norm"] == {"rms"}
-    assert seen["multi_head_attention.n_kv_heads"] == {1, BlockDims().n_heads // 2}
-    assert {"head_dim", "scale", "bias"} <= {key.split(".", 1)[1] for key in seen if key.startswith("multi_")}
-    assert seen["positional_encoding.scaling"] == {"linear", "llama3"}
-    assert seen["positional_encoding.base"] == {500000.0}
-    assert seen["decoder_block.norm"] == {"rms"}
-    assert seen["decoder_block.gated"] == {True}
+    assert seen["encoder_block.residual.position"] == {"pre", "post"}
+    assert seen["decoder_block.residual.position"] == {"pre", "post"}
+    assert seen["encoder_block.ffn.activation"] == {"relu", "gelu"}
+    assert seen["decoder_block.ffn.activation"] == {"relu", "gelu", "silu"}
+    assert seen["feed_forward.ffn.activation"] == {"relu", "gelu", "gelu_tanh", "silu"}
+    assert seen["feed_forward.ffn.gated"] == {True, False}
+    assert seen["feed_forward.ffn.bias"] == {True, False}
+    assert seen["residual_norm.residual.position"] == {"pre", "post"}
+    assert seen["residual_norm.norm.kind"] == {"rms"}  # "layer" is every other residual block's default
+    assert seen["norm.norm.kind"] == {"rms"}
+    assert seen["norm.norm.weight_offset"] == {1.0}
+    assert seen["multi_head_attention.attention.n_kv_heads"] == {1, BlockDims().n_heads // 2}
+    assert {"head_dim", "scale", "qkv_bias", "out_bias", "qk_norm", "softcap"} <= {
+        key.split(".", 2)[2] for key in seen if key.startswith("multi_head_attention.attention.")
+    }
+    assert seen["positional_encoding.rotary.scaling.kind"] == {"linear", "llama3"}
+    assert seen["positional_encoding.rotary.base"] == {500000.0, 10000.0}
+    assert seen["decoder_block.norm.kind"] == {"layer", "rms"}
+    assert seen["decoder_block.ffn.gated"] == {True, False}
     assert seen["positional_encoding.position"] == {"sinusoidal", "learned", "relative", "rotary"}
     assert seen["encoder_block.position"] == {"none", "relative", "rotary"}
     assert seen["decoder_block.position"] == {"none", "relative", "rotary"}

@@ -27,6 +27,7 @@ from onnxformer.builder.families import (
     T5Config,
     mean_pool,
 )
+from onnxformer.builder.families.config import config_from_dict
 from onnxformer.builder.layers.stacks import DecoderStack, EncoderStack
 from onnxformer.runtime.errors import ConfigError, InputError
 
@@ -52,7 +53,9 @@ def build(family: str, position: str, norm_position: str = "pre", **overrides: A
     """A seeded tiny model of `family` in eval mode."""
     model_cls, config_cls, _ = FAMILIES[family]
     torch.manual_seed(0)
-    config = config_cls(**TINY, position=position, norm_position=norm_position, **overrides)
+    config = config_from_dict(
+        config_cls, {**TINY, "position": position, "norm_position": norm_position, **overrides}
+    )
     return model_cls(config).eval()
 
 
@@ -209,8 +212,8 @@ BAD_VALUES = [
     pytest.param({"position": "alibi"}, r"position must be one of .*'alibi'", id="alibi"),
     pytest.param({"dropout": 1.0}, r"dropout must be in \[0, 1\)", id="dropout-1"),
     pytest.param({"dropout": -0.1}, r"dropout", id="dropout-negative"),
-    pytest.param({"norm_position": "middle"}, r"norm_position", id="norm"),
-    pytest.param({"activation": "swish"}, r"activation", id="activation"),
+    pytest.param({"norm_position": "middle"}, r"residual.position must be one of", id="norm"),
+    pytest.param({"activation": "swish"}, r"ffn.activation must be one of", id="activation"),
     pytest.param({"d_model": 0}, r"d_model must be > 0", id="d_model-0"),
     pytest.param({"vocab_size": 50.0}, r"vocab_size must be an integer", id="vocab-float"),
     pytest.param({"n_layers": True}, r"n_layers must be an integer", id="layers-bool"),
@@ -225,7 +228,7 @@ BAD_VALUES = [
 def test_bad_values_raise_config_error(family: str, change: dict[str, Any], message: str) -> None:
     config_cls = FAMILIES[family].config
     with pytest.raises(ConfigError, match=message):
-        config_cls(**{**TINY, **change})
+        config_from_dict(config_cls, {**TINY, **change})
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -537,7 +540,7 @@ def expected_parameters(family: str, config: Any) -> int:
     norm = 2 * d
     ffn = d * f + f + f * d + d
     positions = config.max_len * d if config.position == "learned" else 0
-    final_norm = norm if config.norm_position == "pre" else 0
+    final_norm = norm if config.block.residual.position == "pre" else 0
     if family == "gpt":
         relative = 32 * config.n_heads if config.position == "relative" else 0
         head = 0 if config.tie_embeddings else v * d
@@ -564,7 +567,7 @@ def test_tiny_preset_parameter_counts(family: str) -> None:
     config = config_cls.preset("tiny")
     count = sum(p.numel() for p in model_cls(config).parameters())  # shared parameters counted once
     expected = expected_parameters(family, config)
-    print(f"{family} tiny ({config.position}, {config.norm_position}-LN): {count:,} parameters")
+    print(f"{family} tiny ({config.position}, {config.block.residual.position}-LN): {count:,} parameters")
     assert count == expected, f"{family}: {count:,} parameters, the architecture gives {expected:,}"
     assert 200_000 < count < 2_000_000, "a tiny preset should stay well under two million parameters"
 

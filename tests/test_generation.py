@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from onnxformer.builder.families import GPT, T5, GPTConfig, T5Config
+from onnxformer.builder.families.config import config_from_dict
 from onnxformer.builder.generation import GREEDY, Generation, generate, generate_seq2seq
 from onnxformer.runtime.errors import InputError
 from onnxformer.runtime.sampling import SamplingConfig
@@ -39,13 +40,15 @@ SAMPLED = SamplingConfig(temperature=1.0, seed=1234)
 def gpt(position: str = "learned", norm_position: str = "pre") -> GPT:
     # An untied head: a random tied model mostly predicts its input token, so greedy runs repeat one token.
     torch.manual_seed(0)
-    config = GPTConfig(**TINY, position=position, norm_position=norm_position, tie_embeddings=False)
+    values = {**TINY, "position": position, "norm_position": norm_position, "tie_embeddings": False}
+    config = config_from_dict(GPTConfig, values)
     return GPT(config).eval()
 
 
 def t5(position: str = "relative", norm_position: str = "pre") -> T5:
     torch.manual_seed(0)
-    config = T5Config(**TINY, position=position, norm_position=norm_position, tie_embeddings=False)
+    values = {**TINY, "position": position, "norm_position": norm_position, "tie_embeddings": False}
+    config = config_from_dict(T5Config, values)
     return T5(config).eval()
 
 

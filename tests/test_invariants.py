@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
+from onnxformer.builder.families.config import block_from_shorthand
 from onnxformer.builder.layers import (
     DecoderBlock,
     EncoderBlock,
@@ -71,14 +72,10 @@ def causal_step(kind: str) -> Step:
 
         return run_mha
     cross = "cross" in kind
-    block = DecoderBlock(
-        D_MODEL,
-        N_HEADS,
-        D_FF,
-        cross_attention=cross,
-        norm_position="post" if "post" in kind else "pre",
-        rotary="rotary" in kind,
-    ).eval()
+    options = block_from_shorthand(
+        norm_position="post" if "post" in kind else "pre", position="rotary" if "rotary" in kind else "none"
+    )
+    block = DecoderBlock(D_MODEL, N_HEADS, D_FF, options, cross_attention=cross).eval()
     relative = RelativePositionBias(N_HEADS, bidirectional=False) if "relative" in kind else None
 
     def run_block(x: torch.Tensor) -> torch.Tensor:
@@ -173,14 +170,8 @@ ENCODER_CASES = [
 @pytest.mark.parametrize(("norm_position", "activation", "position"), ENCODER_CASES)
 def test_encoder_block_padding_invariance(norm_position: str, activation: str, position: str) -> None:
     seeded()
-    block = EncoderBlock(
-        D_MODEL,
-        N_HEADS,
-        D_FF,
-        norm_position=norm_position,
-        activation=activation,
-        rotary=position == "rotary",
-    ).eval()
+    options = block_from_shorthand(norm_position=norm_position, activation=activation, position=position)
+    block = EncoderBlock(D_MODEL, N_HEADS, D_FF, options).eval()
     relative = RelativePositionBias(N_HEADS, bidirectional=True) if position == "relative" else None
 
     def run(x: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -207,7 +198,8 @@ def test_multi_head_attention_padding_invariance(rotary: bool, causal: bool) -> 
 def test_decoder_block_left_padding_invariance(position: str, cross: bool) -> None:
     """Real tokens at the end of row 0; positions start at its first real token so rotary angles match."""
     seeded()
-    block = DecoderBlock(D_MODEL, N_HEADS, D_FF, cross_attention=cross, rotary=position == "rotary").eval()
+    options = block_from_shorthand(position=position)
+    block = DecoderBlock(D_MODEL, N_HEADS, D_FF, options, cross_attention=cross).eval()
     relative = RelativePositionBias(N_HEADS, bidirectional=False) if position == "relative" else None
     pad = LENGTH - REAL_LENGTH
     x = torch.randn(BATCH, LENGTH, D_MODEL)  # (B, T, D)
@@ -415,14 +407,10 @@ def cached_step(kind: str) -> CachedStep:
 
         return run_mha
     cross = "cross" in kind
-    block = DecoderBlock(
-        D_MODEL,
-        N_HEADS,
-        D_FF,
-        cross_attention=cross,
-        norm_position="post" if "post" in kind else "pre",
-        rotary="rotary" in kind,
-    ).eval()
+    options = block_from_shorthand(
+        norm_position="post" if "post" in kind else "pre", position="rotary" if "rotary" in kind else "none"
+    )
+    block = DecoderBlock(D_MODEL, N_HEADS, D_FF, options, cross_attention=cross).eval()
 
     def run_block(x, attention_mask, past_key, past_value, positions):
         result = block(

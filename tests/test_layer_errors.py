@@ -9,14 +9,19 @@ from collections.abc import Callable
 import pytest
 import torch
 
+from onnxformer.builder.families.config import block_from_shorthand
 from onnxformer.builder.layers import (
+    BlockOptions,
     DecoderBlock,
     EncoderBlock,
     FeedForward,
+    FeedForwardOptions,
     LearnedPositionalEmbedding,
     MultiHeadAttention,
     ResidualNorm,
+    ResidualOptions,
     RotaryEmbedding,
+    RotaryOptions,
     ScaledDotProductAttention,
     SinusoidalPositionalEncoding,
     default_positions,
@@ -76,24 +81,24 @@ INVALID_OPTIONS: dict[str, tuple[Callable[[], object], str]] = {
         r"activation must be one of.*'swish'",
     ),
     "encoder-swish": (
-        lambda: EncoderBlock(D_MODEL, N_HEADS, D_FF, activation="swish"),
-        r"activation must be one of.*relu.*gelu.*'swish'",
+        lambda: EncoderBlock(D_MODEL, N_HEADS, D_FF, BlockOptions(ffn=FeedForwardOptions("swish"))),
+        r"ffn.activation must be one of.*relu.*gelu.*'swish'",
     ),
     "decoder-swish": (
-        lambda: DecoderBlock(D_MODEL, N_HEADS, D_FF, activation="swish"),
-        r"activation must be one of.*'swish'",
+        lambda: block_from_shorthand(activation="swish"),
+        r"ffn.activation must be one of.*'swish'",
     ),
     "residual-middle": (
         lambda: ResidualNorm(D_MODEL, norm_position="middle"),
         r"norm_position must be one of.*pre.*post.*'middle'",
     ),
     "encoder-middle": (
-        lambda: EncoderBlock(D_MODEL, N_HEADS, D_FF, norm_position="middle"),
-        r"norm_position must be one of.*'middle'",
+        lambda: EncoderBlock(D_MODEL, N_HEADS, D_FF, BlockOptions(residual=ResidualOptions("middle"))),
+        r"residual.position must be one of.*'middle'",
     ),
     "decoder-middle": (
-        lambda: DecoderBlock(D_MODEL, N_HEADS, D_FF, norm_position="middle"),
-        r"norm_position must be one of.*'middle'",
+        lambda: block_from_shorthand(norm_position="middle"),
+        r"residual.position must be one of.*'middle'",
     ),
     "attention-dropout": (
         lambda: MultiHeadAttention(D_MODEL, N_HEADS, dropout=1.5),
@@ -114,7 +119,7 @@ INVALID_OPTIONS: dict[str, tuple[Callable[[], object], str]] = {
         r"even head width.*3",
     ),
     "encoder-rotary-odd-head": (
-        lambda: EncoderBlock(12, N_HEADS, D_FF, rotary=True),
+        lambda: EncoderBlock(12, N_HEADS, D_FF, BlockOptions(rotary=RotaryOptions())),
         r"even head width.*3",
     ),
 }
@@ -133,10 +138,12 @@ def test_invalid_options(build: Callable[[], object], message: str) -> None:
 LAYERS: dict[str, Callable[[], Callable[[torch.Tensor], object]]] = {
     "attention": lambda: MultiHeadAttention(D_MODEL, N_HEADS),
     "ffn": lambda: FeedForward(D_MODEL, D_FF),
-    "encoder-pre": lambda: EncoderBlock(D_MODEL, N_HEADS, D_FF, norm_position="pre"),
-    "encoder-post": lambda: EncoderBlock(D_MODEL, N_HEADS, D_FF, norm_position="post"),
+    "encoder-pre": lambda: EncoderBlock(D_MODEL, N_HEADS, D_FF, block_from_shorthand(norm_position="pre")),
+    "encoder-post": lambda: EncoderBlock(D_MODEL, N_HEADS, D_FF, block_from_shorthand(norm_position="post")),
     "decoder-pre": lambda: DecoderBlock(D_MODEL, N_HEADS, D_FF, cross_attention=False),
-    "decoder-post": lambda: DecoderBlock(D_MODEL, N_HEADS, D_FF, cross_attention=False, norm_position="post"),
+    "decoder-post": lambda: DecoderBlock(
+        D_MODEL, N_HEADS, D_FF, block_from_shorthand(norm_position="post"), cross_attention=False
+    ),
 }
 
 

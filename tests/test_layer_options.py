@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 
+from onnxformer.builder.families.config import block_from_shorthand
 from onnxformer.builder.layers import (
     DecoderBlock,
     DecoderStack,
@@ -79,12 +80,12 @@ def test_rms_norm_computes_in_fp32_for_half_inputs() -> None:
 def test_eps_reaches_every_norm(eps: float) -> None:
     residual = ResidualNorm(D_MODEL, norm="rms", eps=eps)
     assert isinstance(residual.norm, RMSNorm) and residual.norm.eps == eps
-    block = EncoderBlock(D_MODEL, N_HEADS, D_FF, norm="rms", eps=eps)
+    block = EncoderBlock(D_MODEL, N_HEADS, D_FF, block_from_shorthand(norm="rms", eps=eps))
     assert {block.self_attn_residual.norm.eps, block.ffn_residual.norm.eps} == {eps}
+    options = block_from_shorthand(position="rotary", norm="layer", eps=eps)
     stack = DecoderStack(
-        2, D_MODEL, N_HEADS, D_FF, cross_attention=True, position="rotary", norm_position="pre",
-        activation="gelu", norm="layer", eps=eps,
-    )  # fmt: skip
+        D_MODEL, N_HEADS, D_FF, (options,) * 2, cross_attention=True, final_norm=options.norm
+    )
     norms = [m for m in stack.modules() if isinstance(m, torch.nn.LayerNorm)]
     assert len(norms) == 2 * 3 + 1  # three sublayers per block, the final norm
     assert {m.eps for m in norms} == {eps}
@@ -156,18 +157,19 @@ def test_default_feed_forward_has_no_gate() -> None:
 
 
 def test_bias_off_leaves_no_bias_parameters() -> None:
-    assert bias_names(MultiHeadAttention(D_MODEL, N_HEADS, bias=False)) == []
+    assert bias_names(MultiHeadAttention(D_MODEL, N_HEADS, qkv_bias=False, out_bias=False)) == []
     assert bias_names(FeedForward(D_MODEL, D_FF, bias=False, gated=True)) == []
-    block = DecoderBlock(D_MODEL, N_HEADS, D_FF, norm="rms", attention_bias=False, ffn_bias=False)
+    options = block_from_shorthand(norm="rms", attention_bias=False, ffn_bias=False)
+    block = DecoderBlock(D_MODEL, N_HEADS, D_FF, options)
     assert bias_names(block) == []
     assert not any("bias" in key for key in block.state_dict())
-    only_attention = EncoderBlock(D_MODEL, N_HEADS, D_FF, attention_bias=False)
+    only_attention = EncoderBlock(D_MODEL, N_HEADS, D_FF, block_from_shorthand(attention_bias=False))
     assert {name.split(".")[0] for name in bias_names(only_attention)} == {
         "self_attn_residual",
         "ffn",
         "ffn_residual",
     }
-    only_ffn = EncoderBlock(D_MODEL, N_HEADS, D_FF, ffn_bias=False)
+    only_ffn = EncoderBlock(D_MODEL, N_HEADS, D_FF, block_from_shorthand(ffn_bias=False))
     assert {name.split(".")[0] for name in bias_names(only_ffn)} == {
         "self_attn",
         "self_attn_residual",
@@ -212,10 +214,11 @@ def test_gqa_equals_mha_with_repeated_key_value_weights(n_kv_heads: int) -> None
 
 @pytest.mark.parametrize("n_kv_heads", [2, 1])
 def test_gqa_cached_decode_equals_full_recompute(n_kv_heads: int) -> None:
-    block = DecoderBlock(
-        D_MODEL, N_HEADS, D_FF, cross_attention=False, rotary=True, n_kv_heads=n_kv_heads, norm="rms",
-        gated=True, activation="silu", attention_bias=False, ffn_bias=False,
-    ).eval()  # fmt: skip
+    options = block_from_shorthand(
+        position="rotary", n_kv_heads=n_kv_heads, norm="rms", gated=True, activation="silu",
+        attention_bias=False, ffn_bias=False,
+    )  # fmt: skip
+    block = DecoderBlock(D_MODEL, N_HEADS, D_FF, options, cross_attention=False).eval()
     x = hidden(LENGTH + 3)
     full = block(x)
     first = block(x[:, :LENGTH])
@@ -346,7 +349,7 @@ BAD_OPTIONS = {
     ),
     "kv-zero": (lambda: MultiHeadAttention(D_MODEL, N_HEADS, n_kv_heads=0), r"n_kv_heads must be positive"),
     "kv-in-block": (
-        lambda: DecoderBlock(D_MODEL, N_HEADS, D_FF, n_kv_heads=3),
+        lambda: DecoderBlock(D_MODEL, N_HEADS, D_FF, block_from_shorthand(n_kv_heads=3)),
         r"not divisible by n_kv_heads=3",
     ),
     "head-dim": (lambda: MultiHeadAttention(D_MODEL, N_HEADS, head_dim=0), r"head_dim must be > 0"),
@@ -355,7 +358,7 @@ BAD_OPTIONS = {
         lambda: ResidualNorm(D_MODEL, norm="batch"),
         r"norm must be one of \('layer', 'rms'\), got 'batch'",
     ),
-    "norm-in-block": (lambda: EncoderBlock(D_MODEL, N_HEADS, D_FF, norm="batch"), r"norm must be one of"),
+    "norm-in-block": (lambda: block_from_shorthand(norm="batch"), r"norm.kind must be one of"),
     "rms-eps": (lambda: RMSNorm(D_MODEL, eps=0.0), r"eps must be > 0"),
     "activation": (
         lambda: FeedForward(D_MODEL, D_FF, activation="swish", gated=True),
@@ -386,12 +389,14 @@ def test_gqa_past_with_query_head_count_is_refused() -> None:
 
 def test_llama_style_stack_cached_decode_equals_full_recompute() -> None:
     """All the options together at the stack level, as a Llama-style decoder composes them."""
-    stack = DecoderStack(
-        2, D_MODEL, N_HEADS, D_FF, cross_attention=False, position="rotary", norm_position="pre",
-        activation="silu", gated=True, norm="rms", eps=1e-6, attention_bias=False, ffn_bias=False,
-        n_kv_heads=2, rotary_base=500000.0,
+    options = block_from_shorthand(
+        position="rotary", activation="silu", gated=True, norm="rms", eps=1e-6, attention_bias=False,
+        ffn_bias=False, n_kv_heads=2, rotary_base=500000.0,
         rope_scaling=RopeScalingOptions("llama3", factor=8.0, original_max_position_embeddings=16),
-    ).eval()  # fmt: skip
+    )  # fmt: skip
+    stack = DecoderStack(
+        D_MODEL, N_HEADS, D_FF, (options,) * 2, cross_attention=False, final_norm=options.norm
+    ).eval()
     assert bias_names(stack) == []
     assert isinstance(stack.norm, RMSNorm) and stack.norm.eps == 1e-6
     ids = torch.zeros(BATCH, LENGTH + 2, dtype=torch.long)

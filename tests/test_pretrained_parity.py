@@ -3,9 +3,10 @@ eager model loaded from the same folder (tiny random-weight models, tests/hf_mod
 
     outputs     BertModel (hidden states, pooler), BertForMaskedLM, BertForSequenceClassification,
                 GPT2LMHeadModel, T5 v1.0 (relu, tied) and v1.1 (gated-gelu, untied, 2/3 layers),
-                Llama (4 heads, 2 KV heads, rope_theta 5e5) tied and untied: batch 1 and 3 (padded),
+                Llama (4 heads, 2 KV heads, rope_theta 5e5) tied and untied, Qwen2 (q/k/v biases, none on
+                the output projection): batch 1 and 3 (padded),
                 lengths 1, 7 and 64, the first step and cached steps; max abs diff <= 1e-4 on real tokens
-    generation  greedy tokens equal to transformers' `generate` (GPT-2, both T5, both Llama)
+    generation  greedy tokens equal to transformers' `generate` (GPT-2, both T5, both Llama, Qwen2)
     weights     bf16, fp16 and sharded Llama folders load into fp32 and match transformers
     errors      every broken folder is a ModelImportError naming the file, key or problem
 
@@ -25,6 +26,7 @@ import pytest
 import torch
 
 from onnxformer.builder.generation import generate, generate_seq2seq
+from onnxformer.builder.layers import AttentionOptions, FeedForwardOptions
 from onnxformer.builder.pretrained import from_pretrained
 from onnxformer.runtime.errors import ModelImportError
 
@@ -143,7 +145,7 @@ def test_bert_matches_transformers(
 
 # ---- decoders: GPT-2 and Llama -----------------------------------------------------------------------
 
-DECODERS = ("gpt2", "llama", "llama-tied")
+DECODERS = ("gpt2", "llama", "llama-tied", "qwen2")
 
 
 def hf_positions(mask: torch.Tensor) -> torch.Tensor:
@@ -195,14 +197,34 @@ def test_llama_options_are_the_checkpoints(hf_folders: dict[str, Path]) -> None:
     """The Llama folders import with the options the parity is meant to cover."""
     untied, tied = ours(hf_folders["llama"]).config, ours(hf_folders["llama-tied"]).config
     for config in (untied, tied):
-        assert (config.n_heads, config.n_kv_heads, config.rotary_base) == (4, 2, 5e5)
-        assert (config.norm, config.gated, config.activation, config.position) == (
+        block = config.block
+        assert (config.n_heads, block.attention.n_kv_heads, block.rotary.base) == (4, 2, 5e5)
+        assert (block.norm.kind, block.ffn.gated, block.ffn.activation, config.position) == (
             "rms",
             True,
             "silu",
             "rotary",
         )
     assert not untied.tie_embeddings and tied.tie_embeddings
+
+
+def test_qwen2_is_a_llama_row_with_qkv_biases(hf_folders: dict[str, Path]) -> None:
+    """Qwen2 imports through the Llama-like table: biases on q, k and v, none on the output projection."""
+    imported = ours(hf_folders["qwen2"])
+    attention = imported.config.block.attention
+    assert (attention.qkv_bias, attention.out_bias, attention.n_kv_heads) == (True, False, 2)
+    assert imported.config.block.rotary.base == 1e6
+    names = set(imported.model.state_dict())
+    assert {f"decoder.blocks.0.self_attn.{p}_proj.bias" for p in "qkv"} <= names
+    assert "decoder.blocks.0.self_attn.out_proj.bias" not in names
+
+
+def test_a_qwen2_with_sliding_windows_is_refused(hf_folders: dict[str, Path], tmp_path: Path) -> None:
+    folder = Path(shutil.copytree(hf_folders["qwen2"], tmp_path / "qwen2"))
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "use_sliding_window": True}))
+    message = import_error(folder)
+    assert "use_sliding_window=True" in message and "sliding-window attention is not built yet" in message
 
 
 # ---- T5 ----------------------------------------------------------------------------------------------
@@ -260,13 +282,19 @@ def test_t5_matches_transformers(
 
 def test_t5_options_are_the_checkpoints(hf_folders: dict[str, Path]) -> None:
     v10, v11 = ours(hf_folders["t5"]).config, ours(hf_folders["t5-gated"]).config
-    assert (v10.activation, v10.gated, v10.tie_embeddings, v10.scale_decoder_outputs) == (
-        "relu",
-        False,
+    assert (v10.block.ffn, v10.tie_embeddings, v10.scale_decoder_outputs) == (
+        FeedForwardOptions("relu", gated=False, bias=False),
         True,
         True,
     )
-    assert (v11.activation, v11.gated, v11.tie_embeddings) == ("gelu_tanh", True, False)
+    assert (v11.block.ffn, v11.tie_embeddings) == (
+        FeedForwardOptions("gelu_tanh", gated=True, bias=False),
+        False,
+    )
+    for config in (v10, v11):
+        assert config.block.attention == AttentionOptions(
+            head_dim=config.block.attention.head_dim, scale=1.0, qkv_bias=False, out_bias=False
+        )
     assert (v11.n_layers, v11.decoder_layers) == (2, 3)
 
 
@@ -292,7 +320,7 @@ def hf_new_tokens(sequences: torch.Tensor, start: int, eos: int | None) -> list[
 
 
 @pytest.mark.parametrize("batch", (1, 2))
-@pytest.mark.parametrize("name", ("gpt2", "llama", "llama-tied"))
+@pytest.mark.parametrize("name", DECODERS)
 @torch.no_grad()
 def test_greedy_generation_equals_transformers(hf_folders: dict[str, Path], name: str, batch: int) -> None:
     folder = hf_folders[name]

@@ -14,9 +14,15 @@ from onnxformer.runtime.errors import ConfigError
 
 def test_llama_preset_is_the_llama_options() -> None:
     config = GPTConfig.preset("llama-tiny")
-    assert (config.norm, config.position, config.activation, config.gated) == ("rms", "rotary", "silu", True)
-    assert (config.attention_bias, config.ffn_bias, config.tie_embeddings) == (False, False, False)
-    assert config.n_kv_heads == 2 and config.n_heads == 4
+    block = config.block
+    assert (block.norm.kind, config.position, block.ffn.activation, block.ffn.gated) == (
+        "rms",
+        "rotary",
+        "silu",
+        True,
+    )
+    assert (block.attention.qkv_bias, block.attention.out_bias, block.ffn.bias) == (False, False, False)
+    assert block.attention.n_kv_heads == 2 and config.n_heads == 4 and not config.tie_embeddings
 
 
 def test_llama_preset_trains_from_scratch(tmp_path: Path) -> None:
@@ -28,7 +34,13 @@ def test_llama_preset_trains_from_scratch(tmp_path: Path) -> None:
     history = result.metrics
     loaded = load_checkpoint(result.out)
     config = loaded.model.config
-    assert (config.norm, config.n_kv_heads, config.gated, config.tie_embeddings) == ("rms", 2, True, False)
+    block = config.block
+    assert (block.norm.kind, block.attention.n_kv_heads, block.ffn.gated, config.tie_embeddings) == (
+        "rms",
+        2,
+        True,
+        False,
+    )
     names = set(loaded.model.state_dict())
     assert not any(name.endswith(".bias") for name in names), "the Llama options have no biases"
     assert "decoder.blocks.0.ffn.gate.weight" in names

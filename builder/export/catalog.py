@@ -12,25 +12,32 @@ batch (B), sequence (T), past_sequence (P), total_sequence (P + T), memory_seque
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from torch import nn
 
 from onnxformer.builder.export import wrappers
 from onnxformer.builder.layers import (
+    AttentionOptions,
+    BlockOptions,
     DecoderBlock,
     EncoderBlock,
     FeedForward,
+    FeedForwardOptions,
     LearnedPositionalEmbedding,
     MultiHeadAttention,
+    NormOptions,
     RelativePositionBias,
     ResidualNorm,
+    ResidualOptions,
     RMSNorm,
     RopeScalingOptions,
     RotaryEmbedding,
+    RotaryOptions,
     SinusoidalPositionalEncoding,
 )
+from onnxformer.builder.layers.blocks import self_attention
 
 InputKind = Literal["float", "mask", "positions"]
 
@@ -42,11 +49,11 @@ class BlockDims:
     d_ff: int = 128
     max_len: int = 128  # size of the learned position table
     n_kv_heads: int | None = None  # a model's key/value heads (None: n_heads)
-    head_size: int | None = None  # a model's head width (None: d_model / n_heads)
+    head_width: int | None = None  # a model's head width (None: d_model / n_heads)
 
     @property
     def head_dim(self) -> int:
-        return self.head_size if self.head_size is not None else self.d_model // self.n_heads
+        return self.head_width if self.head_width is not None else self.d_model // self.n_heads
 
     @property
     def kv_heads(self) -> int:
@@ -101,40 +108,52 @@ def _mask(name: str, length: str) -> InputSpec:
     return InputSpec(name, ("batch", length), "mask")
 
 
-def encoder_spec(norm: str, activation: str, position: str) -> BlockSpec:
+def block_options(norm_position: str, activation: str, position: str = "none") -> BlockOptions:
+    """The catalogue's blocks: the defaults but for the norm's place, the activation and rotary positions."""
+    options = BlockOptions(residual=ResidualOptions(norm_position), ffn=FeedForwardOptions(activation))
+    return replace(options, rotary=RotaryOptions()) if position == "rotary" else options
+
+
+def _block_name(
+    kind: str, options: BlockOptions, parts: list[str], *, n_heads: int | None = None, cached: bool = False
+) -> str:
+    """<kind>.<norm place>_<norm>.<ffn>[.cross][.<position>][.gqa|.mqa][.cached], from the values."""
+    heads = options.attention.n_kv_heads
+    grouped = heads is not None and n_heads is not None and heads != n_heads
+    tags = ["mqa" if heads == 1 else "gqa"] if grouped else []
+    return ".".join([kind, options.name(), *parts, *tags, *(["cached"] if cached else [])])
+
+
+def _described(options: BlockOptions, position: str, **flags: bool) -> dict[str, Any]:
+    return {"position": position, **flags, **options.described()}
+
+
+def encoder_spec(options: BlockOptions, position: str) -> BlockSpec:
+    """An encoder block of `options`; `position` "relative" adds T5's bias (computed by the wrapper)."""
+
     def build(d: BlockDims) -> nn.Module:
-        block = EncoderBlock(
-            d.d_model,
-            d.n_heads,
-            d.d_ff,
-            norm_position=norm,
-            activation=activation,
-            rotary=position == "rotary",
-        )
+        block = EncoderBlock(d.d_model, d.n_heads, d.d_ff, options)
         relative = RelativePositionBias(d.n_heads, bidirectional=True) if position == "relative" else None
         return wrappers.Encoder(block, relative)
 
+    parts = [] if position == "none" else [position]
     return BlockSpec(
-        name=f"encoder_block.{norm}_ln.{activation}" + ("" if position == "none" else f".{position}"),
+        name=_block_name("encoder_block", options, parts),
         kind="encoder_block",
-        options={"norm_position": norm, "activation": activation, "position": position, "causal": False},
+        options=_described(options, position, causal=False),
         build=build,
         inputs=(_hidden(), _mask("attention_mask", "sequence")),
         outputs=("hidden_states_out",),
     )
 
 
-def decoder_spec(norm: str, activation: str, position: str, *, cross: bool, cached: bool) -> BlockSpec:
+def decoder_spec(
+    options: BlockOptions, position: str, *, cross: bool, cached: bool, n_heads: int | None = None
+) -> BlockSpec:
+    """A decoder block of `options`; `n_heads` names a grouped-query block ".gqa" (None: never)."""
+
     def build(d: BlockDims) -> nn.Module:
-        block = DecoderBlock(
-            d.d_model,
-            d.n_heads,
-            d.d_ff,
-            cross_attention=cross,
-            norm_position=norm,
-            activation=activation,
-            rotary=position == "rotary",
-        )
+        block = DecoderBlock(d.d_model, d.n_heads, d.d_ff, options, cross_attention=cross)
         relative = RelativePositionBias(d.n_heads, bidirectional=False) if position == "relative" else None
         wrapper = wrappers.CrossDecoder if cross else wrappers.Decoder
         return wrapper(block, cached=cached, relative=relative)
@@ -150,19 +169,11 @@ def decoder_spec(norm: str, activation: str, position: str, *, cross: bool, cach
         # kv_heads is n_heads unless the dims say otherwise (a grouped-query model's own blocks).
         inputs += [_kv_heads("past_key", "past_sequence"), _kv_heads("past_value", "past_sequence")]
         outputs += ["present_key", "present_value"]
-    name = f"decoder_block.{norm}_ln.{activation}" + (".cross" if cross else "")
-    name += ("" if position == "none" else f".{position}") + (".cached" if cached else "")
+    parts = [*(["cross"] if cross else []), *([] if position == "none" else [position])]
     return BlockSpec(
-        name=name,
+        name=_block_name("decoder_block", options, parts, n_heads=n_heads, cached=cached),
         kind="decoder_block",
-        options={
-            "norm_position": norm,
-            "activation": activation,
-            "position": position,
-            "causal": True,
-            "cross_attention": cross,
-            "cached": cached,
-        },
+        options=_described(options, position, causal=True, cross_attention=cross, cached=cached),
         build=build,
         inputs=tuple(inputs),
         outputs=tuple(outputs),
@@ -306,7 +317,7 @@ def _sublayer_specs() -> list[BlockSpec]:
         BlockSpec(
             f"ffn.{activation}",
             "feed_forward",
-            {"activation": activation},
+            {"ffn.activation": activation},
             lambda d, a=activation: wrappers.FeedForwardGraph(FeedForward(d.d_model, d.d_ff, activation=a)),
             (_hidden(),),
             ("output",),
@@ -317,7 +328,7 @@ def _sublayer_specs() -> list[BlockSpec]:
         BlockSpec(
             f"residual.{norm}_ln",
             "residual_norm",
-            {"norm_position": norm},
+            {"residual.position": norm},
             lambda d, n=norm: wrappers.Residual(ResidualNorm(d.d_model, norm_position=n)),
             (_hidden(), _hidden("sublayer_output")),
             ("sublayer_input", "hidden_states_out"),
@@ -354,34 +365,44 @@ def _cached_attention(name: str, options: dict[str, Any], build, kv_heads: int) 
 
 def _option_specs() -> list[BlockSpec]:
     """One block per option of today's architectures, the rest of the block at its defaults."""
-    self_attention = {"causal": False, "cross_attention": False, "cached": False, "position": "none"}
+    unmasked = {"causal": False, "cross_attention": False, "cached": False, "position": "none"}
 
-    def attention(**options):
-        return lambda d: wrappers.SelfAttention(MultiHeadAttention(d.d_model, d.n_heads, **options))
+    def attention(options: AttentionOptions):
+        block = BlockOptions(norm=NormOptions("rms", eps=1e-6), attention=options)
+        return lambda d: wrappers.SelfAttention(self_attention(d.d_model, d.n_heads, block, dropout=0.0))
 
     def ffn(activation: str, **options):
         return lambda d: wrappers.FeedForwardGraph(
             FeedForward(d.d_model, d.d_ff, activation=activation, **options)
         )
 
-    def rotary(**options):
-        return lambda d: wrappers.Rotary(RotaryEmbedding(d.head_dim, **options))
+    def rotary(options: RotaryOptions):
+        return lambda d: wrappers.Rotary(
+            RotaryEmbedding(d.head_dim, base=options.base, scaling=options.scaling)
+        )
 
     rotary_inputs = (_heads("x", "sequence"), InputSpec("positions", ("batch", "sequence"), "positions"))
-    llama3 = {"scaling": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
     specs = [
         BlockSpec(
             "norm.rms",
             "norm",
-            {"norm": "rms", "eps": 1e-6},
+            {"norm.kind": "rms", "norm.eps": 1e-6},
             lambda d: wrappers.Norm(RMSNorm(d.d_model, eps=1e-6)),
+            (_hidden(),),
+            ("output",),
+        ),
+        BlockSpec(
+            "norm.rms.offset",
+            "norm",
+            {"norm.kind": "rms", "norm.eps": 1e-6, "norm.weight_offset": 1.0},
+            lambda d: wrappers.Norm(RMSNorm(d.d_model, eps=1e-6, weight_offset=1.0)),
             (_hidden(),),
             ("output",),
         ),
         BlockSpec(
             "residual.pre_ln.rms",
             "residual_norm",
-            {"norm_position": "pre", "norm": "rms", "eps": 1e-6},
+            {"residual.position": "pre", "norm.kind": "rms", "norm.eps": 1e-6},
             lambda d: wrappers.Residual(ResidualNorm(d.d_model, norm="rms", eps=1e-6)),
             (_hidden(), _hidden("sublayer_output")),
             ("sublayer_input", "hidden_states_out"),
@@ -398,7 +419,7 @@ def _option_specs() -> list[BlockSpec]:
         BlockSpec(
             name,
             "feed_forward",
-            {"activation": activation, "gated": gated, "bias": bias},
+            {"ffn.activation": activation, "ffn.gated": gated, "ffn.bias": bias},
             ffn(activation, gated=gated, bias=bias),
             (_hidden(),),
             ("output",),
@@ -406,18 +427,21 @@ def _option_specs() -> list[BlockSpec]:
         for name, activation, gated, bias in ffns
     ]
     attentions = [
-        ("attention.gqa", {"n_kv_heads": GQA_HEADS}),
-        ("attention.mqa", {"n_kv_heads": 1}),
-        ("attention.head_dim", {"head_dim": FREE_HEAD_DIM}),
-        ("attention.scale1", {"scale": 1.0}),
-        ("attention.nobias", {"bias": False}),
+        ("attention.gqa", AttentionOptions(n_kv_heads=GQA_HEADS)),
+        ("attention.mqa", AttentionOptions(n_kv_heads=1)),
+        ("attention.head_dim", AttentionOptions(head_dim=FREE_HEAD_DIM)),
+        ("attention.scale1", AttentionOptions(scale=1.0)),
+        ("attention.nobias", AttentionOptions(qkv_bias=False, out_bias=False)),
+        ("attention.qkv_bias", AttentionOptions(qkv_bias=True, out_bias=False)),
+        ("attention.qk_norm", AttentionOptions(qk_norm=True, qkv_bias=False, out_bias=False)),
+        ("attention.softcap", AttentionOptions(softcap=2.0)),
     ]
     specs += [
         BlockSpec(
             name,
             "multi_head_attention",
-            {**self_attention, **options},
-            attention(**options),
+            {**unmasked, **_attention_described(options)},
+            attention(options),
             (_hidden(), _mask("attention_mask", "sequence")),
             ("output", "attention_weights"),
         )
@@ -426,7 +450,7 @@ def _option_specs() -> list[BlockSpec]:
     specs.append(
         _cached_attention(
             "attention.gqa_cached",
-            {"n_kv_heads": GQA_HEADS},
+            {"attention.n_kv_heads": GQA_HEADS},
             lambda d: wrappers.CachedCausalSelfAttention(
                 MultiHeadAttention(d.d_model, d.n_heads, n_kv_heads=GQA_HEADS)
             ),
@@ -434,17 +458,13 @@ def _option_specs() -> list[BlockSpec]:
         )
     )
     rotaries = [
-        ("rotary.base", {"position": "rotary", "base": 500000.0}, rotary(base=500000.0)),
-        (
-            "rotary.linear",
-            {"position": "rotary", "scaling": "linear", "factor": 4.0},
-            rotary(scaling=RopeScalingOptions("linear", factor=4.0)),
-        ),
-        (
-            "rotary.llama3",
-            {"position": "rotary", "base": 500000.0, **llama3, "original_max_position_embeddings": 64},
-            rotary(base=500000.0, scaling=LLAMA3_SCALING),
-        ),
+        ("rotary.base", RotaryOptions(base=500000.0)),
+        ("rotary.linear", RotaryOptions(scaling=RopeScalingOptions("linear", factor=4.0))),
+        ("rotary.llama3", RotaryOptions(base=500000.0, scaling=LLAMA3_SCALING)),
+    ]
+    rotaries = [
+        (name, {"position": "rotary", **_group_described("rotary", options)}, rotary(options))
+        for name, options in rotaries
     ]
     specs += [
         BlockSpec(name, "positional_encoding", options, build, rotary_inputs, ("rotated",))
@@ -456,46 +476,29 @@ def _option_specs() -> list[BlockSpec]:
 
 def _llama_decoder_spec() -> BlockSpec:
     """A Llama-style decoder block: pre-RMSNorm, rotary (llama3-scaled), SwiGLU, no biases, GQA cache."""
-    options = {
-        "norm": "rms",
-        "eps": 1e-6,
-        "activation": "silu",
-        "gated": True,
-        "attention_bias": False,
-        "ffn_bias": False,
-        "n_kv_heads": GQA_HEADS,
-        "rotary_base": 500000.0,
-        "rope_scaling": LLAMA3_SCALING,
+    options = BlockOptions(
+        norm=NormOptions("rms", eps=1e-6),
+        attention=AttentionOptions(n_kv_heads=GQA_HEADS, qkv_bias=False, out_bias=False),
+        rotary=RotaryOptions(base=500000.0, scaling=LLAMA3_SCALING),
+        ffn=FeedForwardOptions("silu", gated=True, bias=False),
+    )
+    spec = decoder_spec(options, "rotary", cross=False, cached=True, n_heads=BlockDims().n_heads)
+    past = ("batch", GQA_HEADS, "past_sequence", "head_dim")
+    inputs = (*spec.inputs[:2], InputSpec("past_key", past), InputSpec("past_value", past))
+    return replace(spec, inputs=inputs)
+
+
+def _group_described(group: str, options: Any) -> dict[str, Any]:
+    """One option group as the manifest spells it ("attention.n_kv_heads"), the defaults left out."""
+    return {
+        key: value
+        for key, value in BlockOptions(**{group: options}).described().items()
+        if key.startswith(f"{group}.") and value != BlockOptions().described().get(key)
     }
 
-    def build(d: BlockDims) -> nn.Module:
-        block = DecoderBlock(d.d_model, d.n_heads, d.d_ff, cross_attention=False, rotary=True, **options)
-        return wrappers.Decoder(block, cached=True)
 
-    past = ("batch", GQA_HEADS, "past_sequence", "head_dim")
-    return BlockSpec(
-        name="decoder_block.pre_rms.swiglu.rotary.gqa.cached",
-        kind="decoder_block",
-        options={
-            "norm_position": "pre",
-            "activation": "silu",
-            "position": "rotary",
-            "causal": True,
-            "cross_attention": False,
-            "cached": True,
-            **{key: value for key, value in options.items() if key not in ("activation", "rope_scaling")},
-            "rope_scaling": LLAMA3_SCALING.kind,
-        },
-        build=build,
-        inputs=(
-            _hidden(),
-            _mask("attention_mask", "total_sequence"),
-            InputSpec("past_key", past),
-            InputSpec("past_value", past),
-        ),
-        outputs=("hidden_states_out", "present_key", "present_value"),
-        cached=True,
-    )
+def _attention_described(options: AttentionOptions) -> dict[str, Any]:
+    return _group_described("attention", options)
 
 
 def block_catalog() -> list[BlockSpec]:
@@ -504,17 +507,17 @@ def block_catalog() -> list[BlockSpec]:
         *_attention_specs(),
         *_position_specs(),
         *_sublayer_specs(),
-        encoder_spec("post", "gelu", "none"),
-        encoder_spec("pre", "gelu", "none"),
-        encoder_spec("post", "relu", "none"),
-        encoder_spec("pre", "gelu", "relative"),
-        encoder_spec("pre", "gelu", "rotary"),
-        decoder_spec("pre", "gelu", "none", cross=True, cached=False),
-        decoder_spec("pre", "gelu", "none", cross=True, cached=True),
-        decoder_spec("post", "gelu", "none", cross=True, cached=False),
-        decoder_spec("pre", "relu", "none", cross=True, cached=False),
-        decoder_spec("pre", "gelu", "none", cross=False, cached=True),
-        decoder_spec("pre", "gelu", "relative", cross=True, cached=True),
-        decoder_spec("pre", "gelu", "rotary", cross=False, cached=True),
+        encoder_spec(block_options("post", "gelu"), "none"),
+        encoder_spec(block_options("pre", "gelu"), "none"),
+        encoder_spec(block_options("post", "relu"), "none"),
+        encoder_spec(block_options("pre", "gelu"), "relative"),
+        encoder_spec(block_options("pre", "gelu", "rotary"), "rotary"),
+        decoder_spec(block_options("pre", "gelu"), "none", cross=True, cached=False),
+        decoder_spec(block_options("pre", "gelu"), "none", cross=True, cached=True),
+        decoder_spec(block_options("post", "gelu"), "none", cross=True, cached=False),
+        decoder_spec(block_options("pre", "relu"), "none", cross=True, cached=False),
+        decoder_spec(block_options("pre", "gelu"), "none", cross=False, cached=True),
+        decoder_spec(block_options("pre", "gelu"), "relative", cross=True, cached=True),
+        decoder_spec(block_options("pre", "gelu", "rotary"), "rotary", cross=False, cached=True),
         *_option_specs(),
     ]

@@ -29,7 +29,7 @@ from onnxformer.builder.export.goldens import END_TO_END_FILE, end_to_end, golde
 from onnxformer.builder.export.graph import DEFAULT_OPSET, check_opset
 from onnxformer.builder.export.parity import ParityRule
 from onnxformer.builder.export.pipeline import GraphSpec, export_one, reprove
-from onnxformer.builder.export.recipes import recipe
+from onnxformer.builder.export.recipes import recipe, recipe_for
 from onnxformer.builder.export.recipes.base import EndToEnd, ModelGraph, Recipe
 from onnxformer.builder.families.config import head_width, kv_heads
 from onnxformer.builder.tokenizer import special_tokens
@@ -76,7 +76,7 @@ def _dims(config) -> BlockDims:
         config.d_ff,
         config.max_len,
         n_kv_heads=kv_heads(config),
-        head_size=head_width(config),
+        head_width=head_width(config),
     )
 
 
@@ -278,7 +278,7 @@ def reverify_export(folder: str | os.PathLike, checkpoint: str | os.PathLike) ->
     model = loaded.model.eval()
     if dataclasses.asdict(model.config) != manifest.config:
         raise ExportError(f"{checkpoint} does not hold the model exported to {folder}: the configs differ")
-    family_recipe = recipe(str(manifest.family))
+    family_recipe = recipe_for(manifest)
     listed = {entry.path for entry in manifest.files}
     proofs: list[tuple[GraphSpec, nn.Module]] = [
         (model_graph(graph, model, family=str(manifest.family), seed=0, metadata={}), graph.wrapper(model))

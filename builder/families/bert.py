@@ -12,19 +12,19 @@ absent head's output is None. `pooling` and `normalize` are sentence-transformer
 modules: the embedding its `encode` returns.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import nn
 
-from onnxformer.builder.families.config import BlockOptionFields, block_options, from_preset, validate_common
+from onnxformer.builder.families.config import from_preset, layer_options, relative_options, validate_common
 from onnxformer.builder.layers.embedding import Embeddings, PositionKind
-from onnxformer.builder.layers.feedforward import Activation, make_activation
+from onnxformer.builder.layers.feedforward import make_activation
 from onnxformer.builder.layers.init import init_transformer_weights
 from onnxformer.builder.layers.norms import make_norm
-from onnxformer.builder.layers.residual import NormPosition
-from onnxformer.builder.layers.stacks import EncoderStack, rename_legacy_keys
+from onnxformer.builder.layers.options import BlockOptions, ResidualOptions
+from onnxformer.builder.layers.stacks import EncoderStack, final_norm, rename_legacy_keys
 from onnxformer.runtime.errors import ConfigError
 
 BERT_PRESETS: dict[str, dict[str, Any]] = {
@@ -40,7 +40,7 @@ POOLINGS: tuple[Pooling, ...] = ("mean", "cls")
 
 
 @dataclass(frozen=True)
-class BERTConfig(BlockOptionFields):
+class BERTConfig:
     vocab_size: int = 512
     d_model: int = 128
     n_layers: int = 3
@@ -49,8 +49,6 @@ class BERTConfig(BlockOptionFields):
     max_len: int = 64
     dropout: float = 0.1
     position: PositionKind = "learned"
-    norm_position: NormPosition = "post"
-    activation: Activation = "gelu"
     type_vocab_size: int = 2
     num_labels: int = 2
     mlm_head: bool = True
@@ -58,6 +56,7 @@ class BERTConfig(BlockOptionFields):
     classifier: bool = True
     pooling: Pooling = "mean"
     normalize: bool = False
+    block: BlockOptions = field(default_factory=lambda: BlockOptions(residual=ResidualOptions("post")))
 
     def __post_init__(self) -> None:
         validate_common(self)
@@ -110,26 +109,24 @@ class BERT(nn.Module):
             segments=config.type_vocab_size,
             norm=True,
             dropout=config.dropout,
-            eps=config.eps,
+            eps=config.block.norm.eps,
         )
         self.encoder = EncoderStack(
-            config.n_layers,
             config.d_model,
             config.n_heads,
             config.d_ff,
-            position=config.position,
-            norm_position=config.norm_position,
-            activation=config.activation,
+            layer_options(config, config.n_layers),
+            final_norm=final_norm(config.block),
+            relative=relative_options(config),
             dropout=config.dropout,
-            **block_options(config),
         )
         d_model = config.d_model
         self.mlm_transform, self.mlm_decoder = None, None
         if config.mlm_head:
             self.mlm_transform = nn.Sequential(
                 nn.Linear(d_model, d_model),
-                make_activation(config.activation),
-                make_norm(config.norm, d_model, eps=config.eps),
+                make_activation(config.block.ffn.activation),
+                make_norm(config.block.norm.kind, d_model, eps=config.block.norm.eps),
             )
             self.mlm_decoder = nn.Linear(d_model, config.vocab_size)
             self.mlm_decoder.weight = self.embeddings.token.weight  # tied, as in BERT

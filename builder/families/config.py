@@ -1,55 +1,54 @@
-"""What every family's config shares: field validation, the block options, and presets by name.
+"""What every family's config shares: field checks, the block options and their shorthand, presets by name.
 
-Every family config carries the same block option fields (the options of builder/layers, which a Hugging
-Face architecture sets and our own presets leave at their defaults):
+A family config holds the model's own fields (widths, vocabulary, context, dropout, the position kind)
+and one `block: BlockOptions` (builder/layers/options.py), the options of its layers. Presets, model-config
+files, the CLI and checkpoints written before BlockOptions existed name block options by a flat
+shorthand, which `expand_shorthand` applies onto the block, the one place it is read:
 
-    norm            "layer" (LayerNorm) or "rms" (RMSNorm: T5, Llama)
-    eps             the norms' epsilon (BERT 1e-12, GPT-2 1e-5, T5 and Llama 1e-6)
-    gated           gated feed-forward: down(act(gate x) * up x) (SwiGLU, GEGLU)
-    attention_bias  biases on the q/k/v/out projections
-    ffn_bias        biases on the feed-forward projections
-    n_kv_heads      key/value heads (< n_heads: grouped-query attention; None = n_heads)
-    head_dim        width of one head (None = d_model / n_heads; T5's d_kv, Llama's head_dim)
-    attention_scale the logits' factor (None = 1 / sqrt(head_dim); T5 uses 1.0)
-    rotary_base     rope_theta of rotary positions
-    rope_scaling    RopeScalingOptions (linear, llama3) or None
+    norm, eps                     block.norm.kind, block.norm.eps
+    norm_position                 block.residual.position
+    activation, gated, ffn_bias   block.ffn.activation, .gated, .bias
+    attention_bias                block.attention.qkv_bias and .out_bias
+    n_kv_heads, head_dim          block.attention.n_kv_heads, .head_dim
+    attention_scale               block.attention.scale
+    rotary_base, rope_scaling     block.rotary.base, .scaling (with position "rotary")
 
-`block_options(config)` turns them into the stacks' keyword arguments: the one place they are unpacked.
+A saved config holds the block as nested groups (dataclasses.asdict); `config_from_dict` reads both forms.
 """
 
-from dataclasses import dataclass, fields, replace
+import dataclasses
+from dataclasses import fields, replace
 from typing import Any, TypeVar
 
 from onnxformer.builder.layers.checks import check_dropout, check_heads, check_kv_heads, check_positive
 from onnxformer.builder.layers.embedding import check_position_kind
-from onnxformer.builder.layers.feedforward import ACTIVATIONS
-from onnxformer.builder.layers.norms import NORMS, NormKind
-from onnxformer.builder.layers.positions import RopeScalingOptions
-from onnxformer.builder.layers.residual import NORM_POSITIONS
+from onnxformer.builder.layers.options import BlockOptions, RotaryOptions
+from onnxformer.builder.layers.stacks import RelativeOptions
 from onnxformer.runtime.errors import ConfigError
 
 ConfigT = TypeVar("ConfigT")
 
-
-@dataclass(frozen=True)
-class BlockOptionFields:
-    """The block option fields every family config inherits (see the module docstring); their defaults
-    are the original Transformer's."""
-
-    norm: NormKind = "layer"
-    eps: float = 1e-5
-    gated: bool = False
-    attention_bias: bool = True
-    ffn_bias: bool = True
-    n_kv_heads: int | None = None
-    head_dim: int | None = None
-    attention_scale: float | None = None
-    rotary_base: float = 10000.0
-    rope_scaling: RopeScalingOptions | None = None
+# shorthand name -> the (group, field) pairs it sets
+SHORTHAND: dict[str, tuple[tuple[str, str], ...]] = {
+    "norm": (("norm", "kind"),),
+    "eps": (("norm", "eps"),),
+    "norm_position": (("residual", "position"),),
+    "activation": (("ffn", "activation"),),
+    "gated": (("ffn", "gated"),),
+    "ffn_bias": (("ffn", "bias"),),
+    "attention_bias": (("attention", "qkv_bias"), ("attention", "out_bias")),
+    "n_kv_heads": (("attention", "n_kv_heads"),),
+    "head_dim": (("attention", "head_dim"),),
+    "attention_scale": (("attention", "scale"),),
+    "rotary_base": (("rotary", "base"),),
+    "rope_scaling": (("rotary", "scaling"),),
+}
+ROTARY_DEFAULTS = {"rotary_base": 10000.0, "rope_scaling": None}  # what pre-BlockOptions configs saved
 
 
 def validate_common(config: Any) -> None:
-    """Checks on the shared field names (d_model, n_layers, n_heads, d_ff, vocab_size, max_len, ...)."""
+    """Checks on the shared field names (d_model, n_layers, n_heads, d_ff, vocab_size, max_len, ...) and on
+    the block against them; a block given as a dict (a saved config) becomes BlockOptions."""
     for name in ("d_model", "n_layers", "n_heads", "d_ff", "vocab_size", "max_len"):
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int):
@@ -62,91 +61,130 @@ def validate_common(config: Any) -> None:
         vocab_size=config.vocab_size,
         max_len=config.max_len,
     )
-    if config.head_dim is None:
-        check_heads(config.d_model, config.n_heads)
     check_dropout(config.dropout)
-    validate_block_options(config)
     check_position_kind(config.position)
-    if config.norm_position not in NORM_POSITIONS:
-        raise ConfigError(f"norm_position must be one of {NORM_POSITIONS}, got {config.norm_position!r}")
-    if config.activation not in ACTIVATIONS:
-        raise ConfigError(f"activation must be one of {ACTIVATIONS}, got {config.activation!r}")
+    block = config.block
+    if isinstance(block, dict):
+        block = BlockOptions(**block)
+    if not isinstance(block, BlockOptions):
+        raise ConfigError(f"block must be BlockOptions, got {block!r}")
+    if config.position == "rotary" and block.rotary is None:
+        block = replace(block, rotary=RotaryOptions())
+    if config.position != "rotary" and block.rotary is not None:
+        raise ConfigError(
+            f"block.rotary applies to rotary positions; set position='rotary' or block.rotary=None "
+            f"(position is {config.position!r})"
+        )
+    object.__setattr__(config, "block", block)  # frozen: normalised once, at construction
+    if block.attention.head_dim is None:
+        check_heads(config.d_model, config.n_heads)
+    check_kv_heads(config.n_heads, kv_heads(config))
     if config.position == "rotary" and head_width(config) % 2:
         raise ConfigError("rotary positions need an even head width (head_dim, or d_model / n_heads)")
     if config.position == "sinusoidal" and config.d_model % 2:
         raise ConfigError("sinusoidal positions need an even d_model")
 
 
-def validate_block_options(config: Any) -> None:
-    """Checks on the block option fields; a rope_scaling given as a dict (a saved config) becomes
-    RopeScalingOptions."""
-    if config.norm not in NORMS:
-        raise ConfigError(f"norm must be one of {NORMS}, got {config.norm!r}")
-    for name in ("gated", "attention_bias", "ffn_bias"):
-        if not isinstance(getattr(config, name), bool):
-            raise ConfigError(f"{name} must be true or false, got {getattr(config, name)!r}")
-    check_positive(eps=config.eps, rotary_base=config.rotary_base)
-    for name in ("n_kv_heads", "head_dim"):
-        value = getattr(config, name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ConfigError(f"{name} must be a whole number >= 1 or None (the default), got {value!r}")
-    check_kv_heads(config.n_heads, kv_heads(config))
-    if config.attention_scale is not None:
-        check_positive(attention_scale=config.attention_scale)
-    scaling = config.rope_scaling
-    if isinstance(scaling, dict):
-        try:
-            scaling = RopeScalingOptions(**scaling)
-        except TypeError as error:
-            raise ConfigError(f"rope_scaling {config.rope_scaling!r}: {error}") from None
-        object.__setattr__(config, "rope_scaling", scaling)  # frozen: normalised once, at construction
-    if scaling is not None and not isinstance(scaling, RopeScalingOptions):
-        raise ConfigError(f"rope_scaling must be RopeScalingOptions or None, got {scaling!r}")
-
-
 def head_width(config: Any) -> int:
-    """Dh: the config's head_dim, or d_model / n_heads."""
-    return config.head_dim if config.head_dim is not None else config.d_model // config.n_heads
+    """Dh: the block's head_dim, or d_model / n_heads."""
+    return config.block.head_width(config.d_model, config.n_heads)
 
 
 def kv_heads(config: Any) -> int:
     """Hkv: the key/value heads (n_heads unless grouped-query)."""
-    return config.n_heads if config.n_kv_heads is None else config.n_kv_heads
+    return config.block.kv_heads(config.n_heads)
 
 
-def block_options(config: Any) -> dict[str, Any]:
-    """The block option fields as the stacks' keyword arguments."""
-    return {
-        "norm": config.norm,
-        "eps": config.eps,
-        "gated": config.gated,
-        "attention_bias": config.attention_bias,
-        "ffn_bias": config.ffn_bias,
-        "n_kv_heads": config.n_kv_heads,
-        "head_dim": config.head_dim,
-        "scale": config.attention_scale,
-        "rotary_base": config.rotary_base,
-        "rope_scaling": config.rope_scaling,
-    }
+def relative_options(config: Any) -> RelativeOptions | None:
+    """T5's relative bias for a config with relative positions (its buckets, where the family sets them)."""
+    if config.position != "relative":
+        return None
+    defaults = RelativeOptions()
+    return RelativeOptions(
+        getattr(config, "num_buckets", defaults.num_buckets),
+        getattr(config, "max_distance", defaults.max_distance),
+    )
+
+
+def layer_options(config: Any, n_layers: int) -> tuple[BlockOptions, ...]:
+    """One BlockOptions per layer of a stack of n_layers: today every layer has the config's block."""
+    return (config.block,) * n_layers
+
+
+def expand_shorthand(cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """`values` with the shorthand names applied onto its block (given, or the class's default)."""
+    values = dict(values)
+    given = {name: values.pop(name) for name in list(values) if name in SHORTHAND}
+    block = values.get("block", _default(cls, "block"))
+    position = values.get("position", _default(cls, "position"))
+    values["block"] = _apply(BlockOptions(**block) if isinstance(block, dict) else block, given, position)
+    return values
+
+
+def block_from_shorthand(*, position: str = "none", **values: Any) -> BlockOptions:
+    """BlockOptions from the flat shorthand, e.g. `block_from_shorthand(norm="rms", n_kv_heads=2)`;
+    position "rotary" gives the block its rotary group."""
+    unknown = sorted(set(values) - set(SHORTHAND))
+    if unknown:
+        raise ConfigError(f"unknown block option(s) {unknown}; the shorthand names are {sorted(SHORTHAND)}")
+    block = _apply(BlockOptions(), values, position)
+    return replace(block, rotary=RotaryOptions()) if position == "rotary" and block.rotary is None else block
+
+
+def _apply(block: BlockOptions, given: dict[str, Any], position: str) -> BlockOptions:
+    given = dict(given)
+    if position != "rotary":
+        for name, default in ROTARY_DEFAULTS.items():
+            if name in given and given[name] == default:
+                del given[name]  # a pre-BlockOptions config saved these whatever its positions
+    if not given:
+        return block
+    groups = {group.name: getattr(block, group.name) for group in fields(block)}
+    if position == "rotary" and groups["rotary"] is None:
+        groups["rotary"] = RotaryOptions()
+    for name, value in given.items():
+        for group, field in SHORTHAND[name]:
+            if groups[group] is None:
+                raise ConfigError(f"{name} applies to rotary positions; set position='rotary' or drop it")
+            if isinstance(value, dict) and field == "scaling":
+                value = RotaryOptions(scaling=value).scaling
+            groups[group] = replace(groups[group], **{field: value})
+    return BlockOptions(**groups)
+
+
+def _default(cls: type, name: str) -> Any:
+    for item in fields(cls):
+        if item.name == name:
+            if item.default is not dataclasses.MISSING:
+                return item.default
+            if item.default_factory is not dataclasses.MISSING:
+                return item.default_factory()
+    return None
+
+
+def _check_names(cls: type, names: set[str]) -> None:
+    known = {field.name for field in fields(cls)} | set(SHORTHAND)
+    unknown = sorted(names - known)
+    if unknown:
+        raise ConfigError(f"unknown config field(s) {unknown} for {cls.__name__}; known: {sorted(known)}")
 
 
 def from_preset(
     cls: type[ConfigT], presets: dict[str, dict[str, Any]], name: str, **overrides: Any
 ) -> ConfigT:
-    """`cls(**presets[name], **overrides)`, with clear errors for unknown presets or fields."""
+    """`cls(**presets[name], **overrides)` with the shorthand applied, and clear errors for unknown presets or
+    fields. A whole `block=` override replaces the preset's block options."""
     if name not in presets:
         raise ConfigError(f"unknown preset {name!r}; choose from {sorted(presets)}")
-    known = {field.name for field in fields(cls)}
-    unknown = sorted(set(overrides) - known)
-    if unknown:
-        raise ConfigError(f"unknown config field(s) {unknown} for {cls.__name__}; known: {sorted(known)}")
-    return replace(cls(**presets[name]), **overrides)
+    _check_names(cls, set(overrides))
+    values = dict(presets[name])
+    if "block" in overrides:
+        values = {key: value for key, value in values.items() if key not in SHORTHAND}
+    return cls(**expand_shorthand(cls, {**values, **overrides}))
 
 
 def config_from_dict(cls: type[ConfigT], data: dict[str, Any]) -> ConfigT:
-    """Rebuild a config saved with dataclasses.asdict, refusing unknown fields."""
-    known = {field.name for field in fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ConfigError(f"unknown config field(s) {unknown} for {cls.__name__}; known: {sorted(known)}")
-    return cls(**data)
+    """Rebuild a config saved with dataclasses.asdict (nested block groups, or the flat shorthand of
+    checkpoints written before BlockOptions), refusing unknown fields."""
+    _check_names(cls, set(data))
+    return cls(**expand_shorthand(cls, data))

@@ -10,21 +10,21 @@ checkpoint's config.json). The KV cache goes in as `past_key_values` and comes o
 (key, value) pair per layer, each (B, H, P + T, Dh); nothing is kept on the module.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 
-from onnxformer.builder.families.config import BlockOptionFields, block_options, from_preset, validate_common
+from onnxformer.builder.families.config import from_preset, layer_options, relative_options, validate_common
+from onnxformer.builder.layers.checks import check_positive
 from onnxformer.builder.layers.embedding import Embeddings, PositionKind
-from onnxformer.builder.layers.feedforward import Activation
 from onnxformer.builder.layers.init import init_transformer_weights
-from onnxformer.builder.layers.residual import NormPosition
-from onnxformer.builder.layers.stacks import DecoderStack, KeyValue, rename_legacy_keys
+from onnxformer.builder.layers.options import BlockOptions
+from onnxformer.builder.layers.stacks import DecoderStack, KeyValue, final_norm, rename_legacy_keys
 
-# The Llama-style block options. d_ff ~ 8/3 D keeps a gated FFN's three matrices at the parameter count
-# of a plain 4 D one (Shazeer, 2020; Touvron et al., 2023, 2.2).
+# The Llama-style options, in the config shorthand (config.py). d_ff ~ 8/3 D keeps a gated FFN's three
+# matrices at the parameter count of a plain 4 D one (Shazeer, 2020; Touvron et al., 2023, 2.2).
 LLAMA: dict[str, Any] = {
     "position": "rotary",
     "norm": "rms",
@@ -48,7 +48,7 @@ LEGACY_KEYS = {"blocks.": "decoder.blocks.", "relative.": "decoder.relative.", "
 
 
 @dataclass(frozen=True)
-class GPTConfig(BlockOptionFields):
+class GPTConfig:
     vocab_size: int = 512
     d_model: int = 128
     n_layers: int = 3
@@ -57,12 +57,14 @@ class GPTConfig(BlockOptionFields):
     max_len: int = 64
     dropout: float = 0.1
     position: PositionKind = "learned"
-    norm_position: NormPosition = "pre"
-    activation: Activation = "gelu"
     tie_embeddings: bool = True
+    logit_softcap: float | None = None  # logits -> cap * tanh(logits / cap) (Gemma 2's final soft-cap)
+    block: BlockOptions = field(default_factory=BlockOptions)  # pre-LN, GELU: GPT-2's
 
     def __post_init__(self) -> None:
         validate_common(self)
+        if self.logit_softcap is not None:
+            check_positive(logit_softcap=self.logit_softcap)
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "GPTConfig":
@@ -88,16 +90,14 @@ class GPT(nn.Module):
             dropout=config.dropout,
         )
         self.decoder = DecoderStack(
-            config.n_layers,
             config.d_model,
             config.n_heads,
             config.d_ff,
+            layer_options(config, config.n_layers),
             cross_attention=False,
-            position=config.position,
-            norm_position=config.norm_position,
-            activation=config.activation,
+            final_norm=final_norm(config.block),
+            relative=relative_options(config),
             dropout=config.dropout,
-            **block_options(config),
         )
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_embeddings:
@@ -116,4 +116,8 @@ class GPT(nn.Module):
         inputs = self.decoder.prepare(input_ids, attention_mask, past_key_values)
         hidden = self.embeddings(input_ids, inputs.positions)  # (B, T, D)
         out = self.decoder(hidden, inputs, need_weights=need_weights)
-        return GPTOutput(self.lm_head(out.hidden), out.present, out.hidden, out.self_attentions)
+        logits = self.lm_head(out.hidden)  # (B, T, V)
+        cap = self.config.logit_softcap
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap  # (B, T, V) within (-cap, cap)
+        return GPTOutput(logits, out.present, out.hidden, out.self_attentions)

@@ -10,19 +10,24 @@ values depend only on the encoder output, so `cross_key_values` computes them on
 reuses them at every step; the self-attention cache goes in and out as explicit tensors.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 
-from onnxformer.builder.families.config import BlockOptionFields, block_options, from_preset, validate_common
+from onnxformer.builder.families.config import from_preset, layer_options, relative_options, validate_common
 from onnxformer.builder.layers.checks import check_positive
 from onnxformer.builder.layers.embedding import Embeddings, PositionKind
-from onnxformer.builder.layers.feedforward import Activation
 from onnxformer.builder.layers.init import init_transformer_weights
-from onnxformer.builder.layers.residual import NormPosition
-from onnxformer.builder.layers.stacks import DecoderStack, EncoderStack, KeyValue, rename_legacy_keys
+from onnxformer.builder.layers.options import BlockOptions, FeedForwardOptions
+from onnxformer.builder.layers.stacks import (
+    DecoderStack,
+    EncoderStack,
+    KeyValue,
+    final_norm,
+    rename_legacy_keys,
+)
 from onnxformer.runtime.errors import ConfigError
 
 T5_PRESETS: dict[str, dict[str, Any]] = {
@@ -38,7 +43,7 @@ LEGACY_KEYS = {
 
 
 @dataclass(frozen=True)
-class T5Config(BlockOptionFields):
+class T5Config:
     vocab_size: int = 512
     d_model: int = 128
     n_layers: int = 3  # encoder layers, and decoder layers unless n_decoder_layers is set
@@ -47,8 +52,6 @@ class T5Config(BlockOptionFields):
     max_len: int = 64
     dropout: float = 0.1
     position: PositionKind = "relative"
-    norm_position: NormPosition = "pre"
-    activation: Activation = "relu"
     num_buckets: int = 32
     max_distance: int = 128
     decoder_start_token_id: int = 1  # the tokenizer's <s>
@@ -57,6 +60,7 @@ class T5Config(BlockOptionFields):
     # scale_decoder_outputs); our own presets train without it.
     scale_decoder_outputs: bool = False
     n_decoder_layers: int | None = None  # None: n_layers (T5 v1.1 and flan checkpoints may differ)
+    block: BlockOptions = field(default_factory=lambda: BlockOptions(ffn=FeedForwardOptions("relu")))
 
     def __post_init__(self) -> None:
         validate_common(self)
@@ -100,18 +104,16 @@ class T5(nn.Module):
             max_len=config.max_len,
             dropout=config.dropout,
         )
-        stack_options = {
-            "position": config.position,
-            "norm_position": config.norm_position,
-            "activation": config.activation,
+        stack = {
+            "final_norm": final_norm(config.block),
+            "relative": relative_options(config),
             "dropout": config.dropout,
-            "num_buckets": config.num_buckets,
-            "max_distance": config.max_distance,
-            **block_options(config),
         }
         sizes = (config.d_model, config.n_heads, config.d_ff)
-        self.encoder = EncoderStack(config.n_layers, *sizes, **stack_options)
-        self.decoder = DecoderStack(config.decoder_layers, *sizes, cross_attention=True, **stack_options)
+        self.encoder = EncoderStack(*sizes, layer_options(config, config.n_layers), **stack)
+        self.decoder = DecoderStack(
+            *sizes, layer_options(config, config.decoder_layers), cross_attention=True, **stack
+        )
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.lm_head.weight = self.embeddings.token.weight

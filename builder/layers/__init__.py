@@ -16,6 +16,14 @@ from onnxformer.builder.layers.blocks import (
 from onnxformer.builder.layers.feedforward import ACTIVATIONS, Activation, FeedForward
 from onnxformer.builder.layers.masks import causal_mask, padding_mask
 from onnxformer.builder.layers.norms import NORMS, NormKind, RMSNorm, make_norm
+from onnxformer.builder.layers.options import (
+    AttentionOptions,
+    BlockOptions,
+    FeedForwardOptions,
+    NormOptions,
+    ResidualOptions,
+    RotaryOptions,
+)
 from onnxformer.builder.layers.positions import (
     LearnedPositionalEmbedding,
     RelativePositionBias,
@@ -25,14 +33,22 @@ from onnxformer.builder.layers.positions import (
     default_positions,
 )
 from onnxformer.builder.layers.residual import NORM_POSITIONS, NormPosition, ResidualNorm
-from onnxformer.builder.layers.stacks import DecoderStack, EncoderStack, StackInputs
+from onnxformer.builder.layers.stacks import (
+    DecoderStack,
+    EncoderStack,
+    RelativeOptions,
+    StackInputs,
+    final_norm,
+)
 
 __all__ = [
     "ACTIVATIONS",
     "NORMS",
     "NORM_POSITIONS",
     "Activation",
+    "AttentionOptions",
     "AttentionOutput",
+    "BlockOptions",
     "DecoderBlock",
     "DecoderBlockOutput",
     "DecoderStack",
@@ -40,20 +56,26 @@ __all__ = [
     "EncoderBlockOutput",
     "EncoderStack",
     "FeedForward",
+    "FeedForwardOptions",
     "LearnedPositionalEmbedding",
     "MultiHeadAttention",
     "NormKind",
+    "NormOptions",
     "NormPosition",
     "RMSNorm",
+    "RelativeOptions",
     "RelativePositionBias",
     "ResidualNorm",
+    "ResidualOptions",
     "RopeScalingOptions",
     "RotaryEmbedding",
+    "RotaryOptions",
     "ScaledDotProductAttention",
     "SinusoidalPositionalEncoding",
     "StackInputs",
     "causal_mask",
     "default_positions",
+    "final_norm",
     "make_norm",
     "padding_mask",
     "scaled_dot_product_attention",

@@ -50,11 +50,14 @@ def scaled_dot_product_attention(
     bias: torch.Tensor | None = None,  # float, broadcastable to (B, H, T, S), added to the logits
     dropout: nn.Module | None = None,
     scale: float | None = None,  # None = 1 / sqrt(Dh)
+    softcap: float | None = None,  # logits -> softcap * tanh(logits / softcap), before bias and mask
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Return (output (B, H, T, Dh), weights (B, H, T, S)); weights rows sum to 1 over unmasked keys."""
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
     logits = torch.matmul(query, key.transpose(-2, -1)) * scale  # (B, H, T, S)
+    if softcap is not None:
+        logits = torch.tanh(logits / softcap) * softcap  # (B, H, T, S), within (-softcap, softcap)
     if bias is not None:
         logits = logits + bias  # (B, H, T, S)
     if mask is not None:
@@ -108,6 +111,9 @@ class MultiHeadAttention(nn.Module):
     `n_kv_heads` < H gives grouped-query attention (1: multi-query): k_proj/v_proj have n_kv_heads * Dh
     outputs and the cache carries n_kv_heads heads. `head_dim` frees Dh from D / H (T5's d_kv, Llama's
     head_dim): the heads' inner width H * Dh is projected back to D. `scale` replaces 1 / sqrt(Dh).
+    `qkv_bias` and `out_bias` set the projections' biases apart (Qwen2 has the first, not the second).
+    `query_norm`/`key_norm` normalise each head's queries and keys over Dh before rotary (QK-norm, Qwen3);
+    `softcap` bounds the logits (Gemma 2).
     """
 
     def __init__(
@@ -116,13 +122,17 @@ class MultiHeadAttention(nn.Module):
         n_heads: int,
         *,
         dropout: float = 0.0,
-        bias: bool = True,
+        qkv_bias: bool = True,
+        out_bias: bool = True,
         rotary: bool = False,
         rotary_base: float = 10000.0,
         rope_scaling: RopeScalingOptions | None = None,
         n_kv_heads: int | None = None,
         head_dim: int | None = None,
         scale: float | None = None,
+        query_norm: nn.Module | None = None,
+        key_norm: nn.Module | None = None,
+        softcap: float | None = None,
     ) -> None:
         super().__init__()
         if head_dim is None:
@@ -133,17 +143,22 @@ class MultiHeadAttention(nn.Module):
         check_kv_heads(n_heads, n_kv_heads)
         if scale is not None:
             check_positive(scale=scale)
+        if softcap is not None:
+            check_positive(softcap=softcap)
         check_dropout(dropout)
         self.d_model = d_model
         self.n_heads = n_heads
         self.n_kv_heads = n_kv_heads
         self.head_dim = head_dim
         self.scale = scale
+        self.softcap = softcap
         inner, kv_inner = n_heads * head_dim, n_kv_heads * head_dim
-        self.q_proj = nn.Linear(d_model, inner, bias=bias)
-        self.k_proj = nn.Linear(d_model, kv_inner, bias=bias)
-        self.v_proj = nn.Linear(d_model, kv_inner, bias=bias)
-        self.out_proj = nn.Linear(inner, d_model, bias=bias)
+        self.q_proj = nn.Linear(d_model, inner, bias=qkv_bias)
+        self.k_proj = nn.Linear(d_model, kv_inner, bias=qkv_bias)
+        self.v_proj = nn.Linear(d_model, kv_inner, bias=qkv_bias)
+        self.out_proj = nn.Linear(inner, d_model, bias=out_bias)
+        self.query_norm = query_norm
+        self.key_norm = key_norm
         self.dropout = nn.Dropout(dropout)
         self.rotary = RotaryEmbedding(head_dim, base=rotary_base, scaling=rope_scaling) if rotary else None
 
@@ -189,6 +204,8 @@ class MultiHeadAttention(nn.Module):
                 "seen whole; cache its projections with project_memory() instead"
             )
         query = self._split_heads(self.q_proj(x), self.n_heads)  # (B, H, T, Dh)
+        if self.query_norm is not None:
+            query = self.query_norm(query)  # (B, H, T, Dh), over Dh
         if memory_key is not None:
             shape = {0: x.shape[0], 1: self.n_kv_heads, 3: self.head_dim}
             check_tensor(memory_key, "memory_key", dims=("B", "H", "S", "Dh"), sizes=shape)
@@ -199,7 +216,7 @@ class MultiHeadAttention(nn.Module):
                 check_tensor(memory, "memory", dims=("B", "S", "D"), sizes={2: self.d_model})
                 check_same(memory.shape[0], x.shape[0], "memory batch must equal x batch")
             source = memory if memory is not None else x
-            key = self._split_heads(self.k_proj(source), self.n_kv_heads)  # (B, Hkv, T or S, Dh)
+            key = self._keys(source)  # (B, Hkv, T or S, Dh)
             value = self._split_heads(self.v_proj(source), self.n_kv_heads)  # (B, Hkv, T or S, Dh)
         past_length = 0 if past_key is None else past_key.shape[2]
         if self.rotary is not None and not cross:
@@ -225,6 +242,7 @@ class MultiHeadAttention(nn.Module):
             bias=position_bias,
             dropout=self.dropout,
             scale=self.scale,
+            softcap=self.softcap,
         )  # (B, H, T, Dh), (B, H, T, S)
         batch, length = x.shape[0], x.shape[1]
         concat = heads.transpose(1, 2).reshape(batch, length, self.n_heads * self.head_dim)  # (B, T, H Dh)
@@ -233,8 +251,13 @@ class MultiHeadAttention(nn.Module):
     def project_memory(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """memory (B, S, D) -> the cross-attention keys and values (B, Hkv, S, Dh), once per input."""
         check_tensor(memory, "memory", dims=("B", "S", "D"), sizes={2: self.d_model})
-        key = self._split_heads(self.k_proj(memory), self.n_kv_heads)  # (B, Hkv, S, Dh)
+        key = self._keys(memory)  # (B, Hkv, S, Dh)
         return key, self._split_heads(self.v_proj(memory), self.n_kv_heads)  # (B, Hkv, S, Dh) each
+
+    def _keys(self, source: torch.Tensor) -> torch.Tensor:
+        """source (B, S, D) -> keys (B, Hkv, S, Dh), QK-normed when the block asks."""
+        key = self._split_heads(self.k_proj(source), self.n_kv_heads)  # (B, Hkv, S, Dh)
+        return key if self.key_norm is None else self.key_norm(key)
 
 
 def _build_mask(

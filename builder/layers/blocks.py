@@ -16,23 +16,25 @@
                                               └──► + ◄──────────────┘
                                                     [LN] post
 
-[LN] is LayerNorm or RMSNorm (`norm=`, with the checkpoint's `eps=`). Blocks map (B, T, D) to (B, T, D), so
-they stack. Positional information enters either before the stack
+[LN] is LayerNorm or RMSNorm. A block takes its widths (d_model, n_heads, d_ff) and one `BlockOptions`
+(options.py): the norm, the residual placement, the attention, rotary and feed-forward groups. Blocks map
+(B, T, D) to (B, T, D), so they stack. Positional information enters either before the stack
 (sinusoidal/learned, added to the embeddings by the family), as `position_bias` on the self-attention
-logits (T5 relative bias, computed once per stack and shared), or as `rotary=True` inside self-attention.
+logits (T5 relative bias, computed once per stack and shared), or as rotary positions inside
+self-attention (options.rotary).
 """
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 
 from onnxformer.builder.layers.attention import MultiHeadAttention
 from onnxformer.builder.layers.checks import check_tensor
-from onnxformer.builder.layers.feedforward import Activation, FeedForward
-from onnxformer.builder.layers.norms import NormKind
-from onnxformer.builder.layers.positions import RopeScalingOptions
-from onnxformer.builder.layers.residual import NormPosition, ResidualNorm
+from onnxformer.builder.layers.feedforward import FeedForward
+from onnxformer.builder.layers.norms import make_norm
+from onnxformer.builder.layers.options import BlockOptions
+from onnxformer.builder.layers.residual import ResidualNorm
 from onnxformer.runtime.errors import InputError
 
 
@@ -49,44 +51,81 @@ class DecoderBlockOutput(NamedTuple):
     cross_weights: torch.Tensor | None  # (B, H, T, S) when need_weights and cross-attention
 
 
+def self_attention(
+    d_model: int, n_heads: int, options: BlockOptions, *, dropout: float
+) -> MultiHeadAttention:
+    """The block's self-attention: its attention group, rotary positions when the block has them."""
+    rotary = options.rotary
+    scaling = {} if rotary is None else {"rotary_base": rotary.base, "rope_scaling": rotary.scaling}
+    attention = _attention(options, n_heads, d_model)
+    return MultiHeadAttention(
+        d_model, n_heads, dropout=dropout, rotary=rotary is not None, **scaling, **attention
+    )
+
+
+def _cross_attention(d_model: int, n_heads: int, options: BlockOptions, dropout: float) -> MultiHeadAttention:
+    """Queries from the decoder, keys and values from the encoder: no rotary positions."""
+    return MultiHeadAttention(d_model, n_heads, dropout=dropout, **_attention(options, n_heads, d_model))
+
+
+def _attention(options: BlockOptions, n_heads: int, d_model: int) -> dict[str, Any]:
+    """The attention group as MultiHeadAttention's numbers; QK-norm uses the block's norm at Dh."""
+    a, norm = options.attention, options.norm
+    width = options.head_width(d_model, n_heads)
+
+    def head_norm() -> nn.Module | None:
+        if not a.qk_norm:
+            return None
+        return make_norm(norm.kind, width, eps=norm.eps, weight_offset=norm.weight_offset)
+
+    return {
+        "qkv_bias": a.qkv_bias,
+        "out_bias": a.out_bias,
+        "n_kv_heads": a.n_kv_heads,
+        "head_dim": a.head_dim,
+        "scale": a.scale,
+        "query_norm": head_norm(),
+        "key_norm": head_norm(),
+        "softcap": a.softcap,
+    }
+
+
+def _residual(d_model: int, options: BlockOptions, dropout: float) -> ResidualNorm:
+    norm = options.norm
+    return ResidualNorm(
+        d_model,
+        norm_position=options.residual.position,
+        dropout=dropout,
+        eps=norm.eps,
+        norm=norm.kind,
+        weight_offset=norm.weight_offset,
+    )
+
+
+def _feed_forward(d_model: int, d_ff: int, options: BlockOptions, dropout: float) -> FeedForward:
+    ffn = options.ffn
+    return FeedForward(
+        d_model, d_ff, activation=ffn.activation, dropout=dropout, bias=ffn.bias, gated=ffn.gated
+    )
+
+
 class EncoderBlock(nn.Module):
     def __init__(
         self,
         d_model: int,
         n_heads: int,
         d_ff: int,
+        options: BlockOptions | None = None,
         *,
-        norm_position: NormPosition = "pre",
-        activation: Activation = "gelu",
         dropout: float = 0.0,
-        rotary: bool = False,
-        eps: float = 1e-5,
-        norm: NormKind = "layer",
-        gated: bool = False,
-        attention_bias: bool = True,
-        ffn_bias: bool = True,
-        n_kv_heads: int | None = None,
-        head_dim: int | None = None,
-        scale: float | None = None,
-        rotary_base: float = 10000.0,
-        rope_scaling: RopeScalingOptions | None = None,
     ) -> None:
         super().__init__()
-        residual = {"norm_position": norm_position, "dropout": dropout, "eps": eps, "norm": norm}
-        attention = {
-            "dropout": dropout,
-            "bias": attention_bias,
-            "n_kv_heads": n_kv_heads,
-            "head_dim": head_dim,
-            "scale": scale,
-        }
-        rope = {"rotary": rotary, "rotary_base": rotary_base, "rope_scaling": rope_scaling}
-        self.self_attn = MultiHeadAttention(d_model, n_heads, **attention, **rope)
-        self.self_attn_residual = ResidualNorm(d_model, **residual)
-        self.ffn = FeedForward(
-            d_model, d_ff, activation=activation, dropout=dropout, bias=ffn_bias, gated=gated
-        )
-        self.ffn_residual = ResidualNorm(d_model, **residual)
+        options = BlockOptions() if options is None else options
+        self.options = options
+        self.self_attn = self_attention(d_model, n_heads, options, dropout=dropout)
+        self.self_attn_residual = _residual(d_model, options, dropout)
+        self.ffn = _feed_forward(d_model, d_ff, options, dropout)
+        self.ffn_residual = _residual(d_model, options, dropout)
         self.d_model = d_model
 
     def forward(
@@ -117,41 +156,20 @@ class DecoderBlock(nn.Module):
         d_model: int,
         n_heads: int,
         d_ff: int,
+        options: BlockOptions | None = None,
         *,
         cross_attention: bool = True,
-        norm_position: NormPosition = "pre",
-        activation: Activation = "gelu",
         dropout: float = 0.0,
-        rotary: bool = False,
-        eps: float = 1e-5,
-        norm: NormKind = "layer",
-        gated: bool = False,
-        attention_bias: bool = True,
-        ffn_bias: bool = True,
-        n_kv_heads: int | None = None,
-        head_dim: int | None = None,
-        scale: float | None = None,
-        rotary_base: float = 10000.0,
-        rope_scaling: RopeScalingOptions | None = None,
     ) -> None:
         super().__init__()
-        residual = {"norm_position": norm_position, "dropout": dropout, "eps": eps, "norm": norm}
-        attention = {
-            "dropout": dropout,
-            "bias": attention_bias,
-            "n_kv_heads": n_kv_heads,
-            "head_dim": head_dim,
-            "scale": scale,
-        }
-        rope = {"rotary": rotary, "rotary_base": rotary_base, "rope_scaling": rope_scaling}
-        self.self_attn = MultiHeadAttention(d_model, n_heads, **attention, **rope)
-        self.self_attn_residual = ResidualNorm(d_model, **residual)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, **attention) if cross_attention else None
-        self.cross_attn_residual = ResidualNorm(d_model, **residual) if cross_attention else None
-        self.ffn = FeedForward(
-            d_model, d_ff, activation=activation, dropout=dropout, bias=ffn_bias, gated=gated
-        )
-        self.ffn_residual = ResidualNorm(d_model, **residual)
+        options = BlockOptions() if options is None else options
+        self.options = options
+        self.self_attn = self_attention(d_model, n_heads, options, dropout=dropout)
+        self.self_attn_residual = _residual(d_model, options, dropout)
+        self.cross_attn = _cross_attention(d_model, n_heads, options, dropout) if cross_attention else None
+        self.cross_attn_residual = _residual(d_model, options, dropout) if cross_attention else None
+        self.ffn = _feed_forward(d_model, d_ff, options, dropout)
+        self.ffn_residual = _residual(d_model, options, dropout)
         self.d_model = d_model
 
     def forward(

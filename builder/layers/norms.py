@@ -21,10 +21,13 @@ NORMS: tuple[NormKind, ...] = ("layer", "rms")
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, d_model: int, *, eps: float = 1e-6) -> None:
+    """`weight_offset` scales by (offset + weight): Gemma stores w around 0 and multiplies by 1 + w."""
+
+    def __init__(self, d_model: int, *, eps: float = 1e-6, weight_offset: float = 0.0) -> None:
         super().__init__()
         check_positive(d_model=d_model, eps=eps)
         self.eps = eps
+        self.weight_offset = weight_offset
         self.weight = nn.Parameter(torch.ones(d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -33,14 +36,17 @@ class RMSNorm(nn.Module):
         # are computed as they come.
         wide = x.to(torch.promote_types(x.dtype, torch.float32))  # (..., D)
         scaled = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)  # (..., D)
-        return self.weight * scaled.to(x.dtype)
+        weight = self.weight + self.weight_offset if self.weight_offset else self.weight  # (D,)
+        return weight * scaled.to(x.dtype)
 
 
-def make_norm(kind: NormKind, d_model: int, *, eps: float = 1e-5) -> nn.Module:
+def make_norm(kind: NormKind, d_model: int, *, eps: float = 1e-5, weight_offset: float = 0.0) -> nn.Module:
     """The norm of `kind` over the last axis of width d_model."""
     if kind == "layer":
         check_positive(d_model=d_model, eps=eps)
+        if weight_offset:
+            raise ConfigError("a weight offset applies to RMSNorm only; use norm kind 'rms' or offset 0")
         return nn.LayerNorm(d_model, eps=eps)
     if kind == "rms":
-        return RMSNorm(d_model, eps=eps)
+        return RMSNorm(d_model, eps=eps, weight_offset=weight_offset)
     raise ConfigError(f"norm must be one of {NORMS}, got {kind!r}")

@@ -33,6 +33,7 @@ class ResidualNorm(nn.Module):
         dropout: float = 0.0,
         eps: float = 1e-5,
         norm: NormKind = "layer",
+        weight_offset: float = 0.0,
     ) -> None:
         super().__init__()
         check_positive(d_model=d_model, eps=eps)
@@ -40,7 +41,7 @@ class ResidualNorm(nn.Module):
         if norm_position not in NORM_POSITIONS:
             raise ConfigError(f"norm_position must be one of {NORM_POSITIONS}, got {norm_position!r}")
         self.norm_position = norm_position
-        self.norm = make_norm(norm, d_model, eps=eps)
+        self.norm = make_norm(norm, d_model, eps=eps, weight_offset=weight_offset)
         self.dropout = nn.Dropout(dropout)
 
     def before(self, x: torch.Tensor) -> torch.Tensor:

@@ -11,10 +11,14 @@ defaults and counts the positions of the new tokens from the mask (real tokens o
 starts at 0 as it would alone). The embeddings use those positions for the absolute encodings; the stack
 uses them for rotary ones.
 
-Post-LN blocks end normalised already; pre-LN leaves the residual stream un-normalised, so a pre-LN stack
-ends with one more norm (GPT-2, Radford et al., 2019, 2.3; Xiong et al., 2020).
+A stack takes its widths, one `BlockOptions` per layer (a per-layer pattern is a tuple of different
+values) and its final norm. Post-LN blocks end normalised already; pre-LN leaves the residual stream
+un-normalised, so a pre-LN stack ends with one more norm (GPT-2, Radford et al., 2019, 2.3; Xiong et al.,
+2020): `final_norm(options)` says which.
 """
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -22,12 +26,11 @@ from torch import nn
 
 from onnxformer.builder.layers.blocks import DecoderBlock, EncoderBlock
 from onnxformer.builder.layers.checks import check_tensor
-from onnxformer.builder.layers.embedding import PositionKind, positions_from_mask
-from onnxformer.builder.layers.feedforward import Activation
-from onnxformer.builder.layers.norms import NormKind, make_norm
-from onnxformer.builder.layers.positions import RelativePositionBias, RopeScalingOptions
-from onnxformer.builder.layers.residual import NormPosition
-from onnxformer.runtime.errors import InputError
+from onnxformer.builder.layers.embedding import positions_from_mask
+from onnxformer.builder.layers.norms import make_norm
+from onnxformer.builder.layers.options import BlockOptions, NormOptions
+from onnxformer.builder.layers.positions import RelativePositionBias
+from onnxformer.runtime.errors import ConfigError, InputError
 
 KeyValue = tuple[torch.Tensor, torch.Tensor]  # (B, Hkv, L, Dh) each
 
@@ -50,17 +53,42 @@ class DecoderStackOutput(NamedTuple):
     cross_attentions: tuple[torch.Tensor, ...]  # per layer (B, H, T, S) when need_weights and cross
 
 
-def _final_norm(d_model: int, norm_position: NormPosition, norm: NormKind, eps: float) -> nn.Module:
-    return make_norm(norm, d_model, eps=eps) if norm_position == "pre" else nn.Identity()
+@dataclass(frozen=True)
+class RelativeOptions:
+    """T5's relative position buckets (positions.py), one bias table per stack shared by its layers."""
+
+    num_buckets: int = 32
+    max_distance: int = 128
+
+
+def final_norm(options: BlockOptions) -> NormOptions | None:
+    """The norm a stack of such blocks ends with: the blocks' own for pre-LN, none for post-LN."""
+    return options.norm if options.residual.position == "pre" else None
+
+
+def _norm(d_model: int, norm: NormOptions | None) -> nn.Module:
+    if norm is None:
+        return nn.Identity()
+    return make_norm(norm.kind, d_model, eps=norm.eps, weight_offset=norm.weight_offset)
+
+
+def _layers(layers: Sequence[BlockOptions]) -> tuple[BlockOptions, ...]:
+    layers = tuple(layers)
+    if not layers or not all(isinstance(item, BlockOptions) for item in layers):
+        raise ConfigError(f"a stack takes one BlockOptions per layer (at least one), got {layers!r}")
+    return layers
 
 
 def _relative(
-    position: PositionKind, n_heads: int, *, bidirectional: bool, num_buckets: int, max_distance: int
+    relative: RelativeOptions | None, n_heads: int, *, bidirectional: bool
 ) -> RelativePositionBias | None:
-    if position != "relative":
+    if relative is None:
         return None
     return RelativePositionBias(
-        n_heads, bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance
+        n_heads,
+        bidirectional=bidirectional,
+        num_buckets=relative.num_buckets,
+        max_distance=relative.max_distance,
     )
 
 
@@ -69,58 +97,21 @@ class EncoderStack(nn.Module):
 
     def __init__(
         self,
-        n_layers: int,
         d_model: int,
         n_heads: int,
         d_ff: int,
+        layers: Sequence[BlockOptions],
         *,
-        position: PositionKind,
-        norm_position: NormPosition,
-        activation: Activation,
+        final_norm: NormOptions | None,
+        relative: RelativeOptions | None = None,
         dropout: float = 0.0,
-        num_buckets: int = 32,
-        max_distance: int = 128,
-        eps: float = 1e-5,
-        norm: NormKind = "layer",
-        gated: bool = False,
-        attention_bias: bool = True,
-        ffn_bias: bool = True,
-        n_kv_heads: int | None = None,
-        head_dim: int | None = None,
-        scale: float | None = None,
-        rotary_base: float = 10000.0,
-        rope_scaling: RopeScalingOptions | None = None,
     ) -> None:
         super().__init__()
-        options = {
-            "eps": eps,
-            "norm": norm,
-            "gated": gated,
-            "attention_bias": attention_bias,
-            "ffn_bias": ffn_bias,
-            "n_kv_heads": n_kv_heads,
-            "head_dim": head_dim,
-            "scale": scale,
-            "rotary_base": rotary_base,
-            "rope_scaling": rope_scaling,
-        }
-        self.relative = _relative(
-            position, n_heads, bidirectional=True, num_buckets=num_buckets, max_distance=max_distance
-        )
+        self.relative = _relative(relative, n_heads, bidirectional=True)
         self.blocks = nn.ModuleList(
-            EncoderBlock(
-                d_model,
-                n_heads,
-                d_ff,
-                norm_position=norm_position,
-                activation=activation,
-                dropout=dropout,
-                rotary=position == "rotary",
-                **options,
-            )
-            for _ in range(n_layers)
+            EncoderBlock(d_model, n_heads, d_ff, options, dropout=dropout) for options in _layers(layers)
         )
-        self.norm = _final_norm(d_model, norm_position, norm, eps)
+        self.norm = _norm(d_model, final_norm)
 
     def prepare(
         self,
@@ -165,60 +156,23 @@ class DecoderStack(nn.Module):
 
     def __init__(
         self,
-        n_layers: int,
         d_model: int,
         n_heads: int,
         d_ff: int,
+        layers: Sequence[BlockOptions],
         *,
         cross_attention: bool,
-        position: PositionKind,
-        norm_position: NormPosition,
-        activation: Activation,
+        final_norm: NormOptions | None,
+        relative: RelativeOptions | None = None,
         dropout: float = 0.0,
-        num_buckets: int = 32,
-        max_distance: int = 128,
-        eps: float = 1e-5,
-        norm: NormKind = "layer",
-        gated: bool = False,
-        attention_bias: bool = True,
-        ffn_bias: bool = True,
-        n_kv_heads: int | None = None,
-        head_dim: int | None = None,
-        scale: float | None = None,
-        rotary_base: float = 10000.0,
-        rope_scaling: RopeScalingOptions | None = None,
     ) -> None:
         super().__init__()
-        options = {
-            "eps": eps,
-            "norm": norm,
-            "gated": gated,
-            "attention_bias": attention_bias,
-            "ffn_bias": ffn_bias,
-            "n_kv_heads": n_kv_heads,
-            "head_dim": head_dim,
-            "scale": scale,
-            "rotary_base": rotary_base,
-            "rope_scaling": rope_scaling,
-        }
-        self.relative = _relative(
-            position, n_heads, bidirectional=False, num_buckets=num_buckets, max_distance=max_distance
-        )
+        self.relative = _relative(relative, n_heads, bidirectional=False)
         self.blocks = nn.ModuleList(
-            DecoderBlock(
-                d_model,
-                n_heads,
-                d_ff,
-                cross_attention=cross_attention,
-                norm_position=norm_position,
-                activation=activation,
-                dropout=dropout,
-                rotary=position == "rotary",
-                **options,
-            )
-            for _ in range(n_layers)
+            DecoderBlock(d_model, n_heads, d_ff, options, cross_attention=cross_attention, dropout=dropout)
+            for options in _layers(layers)
         )
-        self.norm = _final_norm(d_model, norm_position, norm, eps)
+        self.norm = _norm(d_model, final_norm)
 
     def _check_layers(self, what: str, values: tuple | None) -> None:
         if values is not None and len(values) != len(self.blocks):

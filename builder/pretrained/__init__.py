@@ -20,7 +20,7 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from onnxformer.builder.families import FAMILIES
-from onnxformer.builder.pretrained import bert, gpt2, llama, t5
+from onnxformer.builder.pretrained import bert, gpt2, llama_like, t5
 from onnxformer.builder.pretrained.folder import is_pretrained_folder, read_config, read_weights
 from onnxformer.builder.pretrained.generation import generation_settings
 from onnxformer.builder.pretrained.mapping import load_mapped
@@ -41,7 +41,7 @@ ARCHITECTURES: dict[str, Architecture] = {
     "GPT2LMHeadModel": gpt2.ARCHITECTURE,
     "GPT2Model": gpt2.ARCHITECTURE,
     "T5ForConditionalGeneration": t5.ARCHITECTURE,
-    "LlamaForCausalLM": llama.ARCHITECTURE,
+    **llama_like.ARCHITECTURES,
 }
 # config.json `model_type` -> the architecture a folder without `architectures` is read as.
 MODEL_TYPES = {arch.model_type: name for name, arch in reversed(ARCHITECTURES.items())}

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from onnxformer.builder.families import BERTConfig
+from onnxformer.builder.layers.options import BlockOptions, FeedForwardOptions, NormOptions, ResidualOptions
 from onnxformer.builder.pretrained.folder import read_json
 from onnxformer.builder.pretrained.mapping import Take
 from onnxformer.builder.pretrained.options import Architecture, activation, get, refuse
@@ -89,9 +90,11 @@ def config(hf: dict[str, Any], tensors: dict[str, torch.Tensor], folder: Path) -
         max_len=get(hf, "max_position_embeddings"),
         dropout=float(get(hf, "hidden_dropout_prob", default=0.1)),
         position="learned",
-        norm_position="post",
-        activation=activation(get(hf, "hidden_act", default="gelu"), field="hidden_act"),
-        eps=float(get(hf, "layer_norm_eps", default=1e-12)),
+        block=BlockOptions(
+            norm=NormOptions(eps=float(get(hf, "layer_norm_eps", default=1e-12))),
+            residual=ResidualOptions("post"),
+            ffn=FeedForwardOptions(activation(get(hf, "hidden_act", default="gelu"), field="hidden_act")),
+        ),
         type_vocab_size=get(hf, "type_vocab_size", default=2),
         num_labels=max(len(classes), int(hf.get("num_labels", 0) or 0), 1),
         mlm_head="cls.predictions.transform.dense.weight" in tensors,

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from onnxformer.builder.families import GPTConfig
+from onnxformer.builder.layers.options import BlockOptions, FeedForwardOptions, NormOptions
 from onnxformer.builder.pretrained.mapping import Take, chunk, transposed
 from onnxformer.builder.pretrained.options import Architecture, activation, get, head_tied, refuse
 
@@ -31,11 +32,12 @@ def config(hf: dict[str, Any], tensors: dict[str, torch.Tensor], folder: Path) -
         max_len=get(hf, "n_positions", "max_position_embeddings"),
         dropout=float(get(hf, "resid_pdrop", default=0.1)),
         position="learned",
-        norm_position="pre",
-        activation=activation(
-            get(hf, "activation_function", default="gelu_new"), field="activation_function"
+        block=BlockOptions(
+            norm=NormOptions(eps=float(get(hf, "layer_norm_epsilon", default=1e-5))),
+            ffn=FeedForwardOptions(
+                activation(get(hf, "activation_function", default="gelu_new"), field="activation_function")
+            ),
         ),
-        eps=float(get(hf, "layer_norm_epsilon", default=1e-5)),
         tie_embeddings=head_tied(
             hf, tensors, head="lm_head.weight", embedding=f"{_prefix(tensors)}wte.weight", default=True
         ),

@@ -1,17 +1,33 @@
-"""Llama checkpoints (LlamaForCausalLM) as our GPT with the Llama options: RMSNorm, rotary positions with
-the checkpoint's rope_theta and rope scaling, SwiGLU, no biases, grouped-query attention, tied or untied
-head."""
+"""Llama-like decoders as our GPT, one row of a table each: RMSNorm, rotary positions with the checkpoint's
+rope_theta and rope scaling, a gated SiLU feed-forward, grouped-query attention, a tied or untied head.
 
+What sets the rows apart is small and stated in the row: which projections carry biases (Llama: all or
+none, by `attention_bias`; Qwen2: q, k and v but not the output), which config.json settings the import
+refuses, and the checkpoint's names for a layer's tensors. Everything else (the config keys, the model,
+the key mapping) is shared, so an architecture of this kind is a row, not a copy of this module.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from onnxformer.builder.families import GPTConfig
+from onnxformer.builder.layers.options import (
+    AttentionOptions,
+    BlockOptions,
+    FeedForwardOptions,
+    NormOptions,
+    RotaryOptions,
+)
 from onnxformer.builder.pretrained.mapping import Take
 from onnxformer.builder.pretrained.options import Architecture, activation, get, head_tied, refuse, rope
 
-LAYER = {
+# their name for a layer's tensor -> ours, under model.layers.<i>. and decoder.blocks.<i>.
+LLAMA_LAYER = {
     "self_attn.q_proj": "self_attn.q_proj",
     "self_attn.k_proj": "self_attn.k_proj",
     "self_attn.v_proj": "self_attn.v_proj",
@@ -20,13 +36,59 @@ LAYER = {
     "mlp.up_proj": "ffn.up",
     "mlp.down_proj": "ffn.down",
 }
+OUTPUT_PROJECTION = "self_attn.o_proj"
 
 
-def config(hf: dict[str, Any], tensors: dict[str, torch.Tensor], folder: Path) -> GPTConfig:
-    refuse(hf, "pretraining_tp", 1, "tensor-parallel slicing changes the numerics")
+@dataclass(frozen=True)
+class Row:
+    """One Llama-like architecture: what its config.json and checkpoint say differently from Llama's."""
+
+    model_type: str  # config.json's model_type
+    biases: Callable[[dict[str, Any]], tuple[bool, bool]]  # config.json -> (q/k/v bias, output bias)
+    refused: tuple[tuple[str, Any, str], ...] = ()  # (config.json field, the value imported, why)
+    layer: dict[str, str] = field(default_factory=lambda: dict(LLAMA_LAYER))
+
+
+def _llama_biases(hf: dict[str, Any]) -> tuple[bool, bool]:
+    bias = bool(get(hf, "attention_bias", default=False))
+    return bias, bias
+
+
+ROWS = {
+    "LlamaForCausalLM": Row(
+        "llama",
+        _llama_biases,
+        refused=(("pretraining_tp", 1, "tensor-parallel slicing changes the numerics"),),
+    ),
+    "Qwen2ForCausalLM": Row(
+        "qwen2",
+        lambda hf: (True, False),
+        refused=(("use_sliding_window", False, "sliding-window attention is not built yet"),),
+    ),
+}
+
+
+def config(row: Row, hf: dict[str, Any], tensors: dict[str, torch.Tensor], folder: Path) -> GPTConfig:
+    for name, allowed, why in row.refused:
+        refuse(hf, name, allowed, why)
     theta, scaling = rope(hf)
     d_model, heads = get(hf, "hidden_size"), get(hf, "num_attention_heads")
-    bias = bool(get(hf, "attention_bias", default=False))
+    qkv_bias, out_bias = row.biases(hf)
+    block = BlockOptions(
+        norm=NormOptions("rms", eps=float(get(hf, "rms_norm_eps", default=1e-6))),
+        attention=AttentionOptions(
+            n_kv_heads=get(hf, "num_key_value_heads", default=heads),
+            head_dim=get(hf, "head_dim", default=d_model // heads),
+            qkv_bias=qkv_bias,
+            out_bias=out_bias,
+        ),
+        rotary=RotaryOptions(theta, scaling),
+        ffn=FeedForwardOptions(
+            activation(get(hf, "hidden_act", default="silu"), field="hidden_act"),
+            gated=True,
+            bias=bool(get(hf, "mlp_bias", default=False)),
+        ),
+    )
     return GPTConfig(
         vocab_size=get(hf, "vocab_size"),
         d_model=d_model,
@@ -36,34 +98,32 @@ def config(hf: dict[str, Any], tensors: dict[str, torch.Tensor], folder: Path) -
         max_len=get(hf, "max_position_embeddings", default=2048),
         dropout=float(get(hf, "attention_dropout", default=0.0)),
         position="rotary",
-        norm_position="pre",
-        activation=activation(get(hf, "hidden_act", default="silu"), field="hidden_act"),
-        norm="rms",
-        eps=float(get(hf, "rms_norm_eps", default=1e-6)),
-        gated=True,
-        attention_bias=bias,
-        ffn_bias=bool(get(hf, "mlp_bias", default=False)),
-        n_kv_heads=get(hf, "num_key_value_heads", default=heads),
-        head_dim=get(hf, "head_dim", default=d_model // heads),
-        rotary_base=theta,
-        rope_scaling=scaling,
         tie_embeddings=head_tied(
             hf, tensors, head="lm_head.weight", embedding="model.embed_tokens.weight", default=False
         ),
+        block=block,
     )
 
 
-def mapping(ours: GPTConfig, tensors: dict[str, torch.Tensor]) -> tuple[dict[str, Take], dict[str, str]]:
+def _has_bias(ours: GPTConfig, name: str) -> bool:
+    attention = ours.block.attention
+    if name == OUTPUT_PROJECTION:
+        return attention.out_bias
+    return attention.qkv_bias if name.startswith("self_attn.") else ours.block.ffn.bias
+
+
+def mapping(
+    row: Row, ours: GPTConfig, tensors: dict[str, torch.Tensor]
+) -> tuple[dict[str, Take], dict[str, str]]:
     keys = {
         "embeddings.token.weight": Take("model.embed_tokens.weight"),
         "decoder.norm.weight": Take("model.norm.weight"),
     }
     for i in range(ours.n_layers):
         ours_at, theirs = f"decoder.blocks.{i}.", f"model.layers.{i}."
-        for name, mine in LAYER.items():
+        for name, mine in row.layer.items():
             keys[f"{ours_at}{mine}.weight"] = Take(f"{theirs}{name}.weight")
-            attention = name.startswith("self_attn")
-            if ours.attention_bias if attention else ours.ffn_bias:
+            if _has_bias(ours, name):
                 keys[f"{ours_at}{mine}.bias"] = Take(f"{theirs}{name}.bias")
         keys[f"{ours_at}self_attn_residual.norm.weight"] = Take(f"{theirs}input_layernorm.weight")
         keys[f"{ours_at}ffn_residual.norm.weight"] = Take(f"{theirs}post_attention_layernorm.weight")
@@ -78,4 +138,7 @@ def mapping(ours: GPTConfig, tensors: dict[str, torch.Tensor]) -> tuple[dict[str
     return keys, ignored
 
 
-ARCHITECTURE = Architecture("llama", config, mapping)
+ARCHITECTURES = {
+    name: Architecture(row.model_type, partial(config, row), partial(mapping, row))
+    for name, row in ROWS.items()
+}

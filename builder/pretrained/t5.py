@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from onnxformer.builder.families import T5Config
+from onnxformer.builder.layers.options import AttentionOptions, BlockOptions, FeedForwardOptions, NormOptions
 from onnxformer.builder.pretrained.mapping import Take
 from onnxformer.builder.pretrained.options import Architecture, activation, get, head_tied
 
@@ -44,20 +45,16 @@ def config(hf: dict[str, Any], tensors: dict[str, torch.Tensor], folder: Path) -
         max_len=get(hf, "n_positions", default=512),
         dropout=float(get(hf, "dropout_rate", default=0.1)),
         position="relative",
-        norm_position="pre",
-        activation=act,
         num_buckets=get(hf, "relative_attention_num_buckets", default=32),
         max_distance=get(hf, "relative_attention_max_distance", default=128),
         decoder_start_token_id=get(hf, "decoder_start_token_id", "pad_token_id", default=0),
         tie_embeddings=tied,
         scale_decoder_outputs=bool(get(hf, "scale_decoder_outputs", "tie_word_embeddings", default=True)),
-        norm="rms",
-        eps=float(get(hf, "layer_norm_epsilon", default=1e-6)),
-        gated=gated,
-        attention_bias=False,
-        ffn_bias=False,
-        head_dim=get(hf, "d_kv"),
-        attention_scale=1.0,
+        block=BlockOptions(
+            norm=NormOptions("rms", eps=float(get(hf, "layer_norm_epsilon", default=1e-6))),
+            attention=AttentionOptions(head_dim=get(hf, "d_kv"), scale=1.0, qkv_bias=False, out_bias=False),
+            ffn=FeedForwardOptions(act, gated=gated, bias=False),
+        ),
     )
 
 
@@ -87,8 +84,8 @@ def _stack(stack: str, layers: int, *, cross: bool, gated: bool) -> dict[str, Ta
 
 def mapping(ours: T5Config, tensors: dict[str, torch.Tensor]) -> tuple[dict[str, Take], dict[str, str]]:
     keys = {"embeddings.token.weight": Take("shared.weight")}
-    keys |= _stack("encoder", ours.n_layers, cross=False, gated=ours.gated)
-    keys |= _stack("decoder", ours.decoder_layers, cross=True, gated=ours.gated)
+    keys |= _stack("encoder", ours.n_layers, cross=False, gated=ours.block.ffn.gated)
+    keys |= _stack("decoder", ours.decoder_layers, cross=True, gated=ours.block.ffn.gated)
     ignored = {
         "encoder.embed_tokens.weight": "a tied copy of shared.weight",
         "decoder.embed_tokens.weight": "a tied copy of shared.weight",

@@ -113,7 +113,7 @@ GRAPHS = (
 
 def blocks(model: BERT) -> list[StackBlocks]:
     c = model.config
-    template = catalog.encoder_spec(c.norm_position, c.activation, block_position(c))
+    template = catalog.encoder_spec(c.block, block_position(c))
     relative = model.encoder.relative
     return [
         StackBlocks("encoder", model.encoder.blocks, template, lambda b: block_wrappers.Encoder(b, relative))

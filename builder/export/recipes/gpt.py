@@ -133,9 +133,7 @@ GRAPHS = (
 
 def blocks(model: GPT) -> list[StackBlocks]:
     c = model.config
-    template = catalog.decoder_spec(
-        c.norm_position, c.activation, block_position(c), cross=False, cached=True
-    )
+    template = catalog.decoder_spec(c.block, block_position(c), cross=False, cached=True, n_heads=c.n_heads)
     relative = model.decoder.relative
     return [
         StackBlocks(

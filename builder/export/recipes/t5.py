@@ -221,13 +221,13 @@ def blocks(model: T5) -> list[StackBlocks]:
         StackBlocks(
             "encoder",
             model.encoder.blocks,
-            catalog.encoder_spec(c.norm_position, c.activation, position),
+            catalog.encoder_spec(c.block, position),
             lambda b: block_wrappers.Encoder(b, encoder_relative),
         ),
         StackBlocks(
             "decoder",
             model.decoder.blocks,
-            catalog.decoder_spec(c.norm_position, c.activation, position, cross=True, cached=True),
+            catalog.decoder_spec(c.block, position, cross=True, cached=True, n_heads=c.n_heads),
             lambda b: block_wrappers.CrossDecoder(b, cached=True, relative=decoder_relative),
         ),
     ]
