@@ -165,40 +165,28 @@ def llama_folder(
 ) -> Path:
     import transformers
 
-    tok = byte_bpe_tokenizer(["<unk>", "<s>", "</s>"], prefix="<s>")
-    config = transformers.LlamaConfig(
-        vocab_size=_vocab(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=80,
-        rope_theta=5e5,
-        initializer_range=SCALE,
-        bos_token_id=1,
-        eos_token_id=2,
-        tie_word_embeddings=tied,
-        rms_norm_eps=1e-6,
-    )
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).eval()
-    # Random norm weights, so that a norm mapped to the wrong place shows in the parity.
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "norm" in name:
-                parameter.uniform_(0.5, 1.5)
-    model.to(dtype).save_pretrained(folder, **({"max_shard_size": shard} if shard else {}))
-    save_tokenizer(folder, tok, {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"})
-    return folder
+    return _llama_like_folder(
+        folder, transformers.LlamaConfig, transformers.LlamaForCausalLM, dtype=dtype, shard=shard,
+        rope_theta=5e5, tie_word_embeddings=tied,
+    )  # fmt: skip
 
 
 def qwen2_folder(folder: Path) -> Path:
     """A Qwen2: Llama's layout with biases on q, k and v and none on the output projection."""
     import transformers
 
+    return _llama_like_folder(
+        folder, transformers.Qwen2Config, transformers.Qwen2ForCausalLM,
+        rope_theta=1e6, tie_word_embeddings=False, use_sliding_window=False,
+    )  # fmt: skip
+
+
+def _llama_like_folder(
+    folder: Path, config_class, model_class, *, dtype=torch.float32, shard=None, **options
+) -> Path:
+    """A tiny decoder of a Llama-like architecture: 4 heads, 2 KV heads, random norm weights and biases."""
     tok = byte_bpe_tokenizer(["<unk>", "<s>", "</s>"], prefix="<s>")
-    config = transformers.Qwen2Config(
+    config = config_class(
         vocab_size=_vocab(tok),
         hidden_size=32,
         intermediate_size=64,
@@ -206,16 +194,14 @@ def qwen2_folder(folder: Path) -> Path:
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=80,
-        rope_theta=1e6,
         initializer_range=SCALE,
         bos_token_id=1,
         eos_token_id=2,
-        tie_word_embeddings=False,
         rms_norm_eps=1e-6,
-        use_sliding_window=False,
+        **options,
     )
     torch.manual_seed(0)
-    model = transformers.Qwen2ForCausalLM(config).eval()
+    model = model_class(config).eval()
     # Random norm weights and biases, so that one mapped to the wrong place shows in the parity.
     with torch.no_grad():
         for name, parameter in model.named_parameters():
@@ -223,7 +209,7 @@ def qwen2_folder(folder: Path) -> Path:
                 parameter.uniform_(0.5, 1.5)
             elif name.endswith(".bias"):
                 parameter.normal_(0.0, 0.5)
-    model.save_pretrained(folder)
+    model.to(dtype).save_pretrained(folder, **({"max_shard_size": shard} if shard else {}))
     save_tokenizer(folder, tok, {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"})
     return folder
 
