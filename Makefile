@@ -20,7 +20,8 @@ NODE_HOST ?= hosts/node
 OPTIMUM_VENV ?= .venv-optimum
 OPTIMUM_STAMP := $(OPTIMUM_VENV)/.installed
 
-.PHONY: setup run test test-runtime test-node node-deps optimum-venv genai-venv peers-venvs lint minilm exported bench \
+.PHONY: setup run test test-runtime test-node node-deps optimum-venv genai-venv peers-venvs lint typecheck minilm \
+  exported bench \
   bench-peers clean
 
 $(STAMP): pyproject.toml constraints.txt
@@ -40,6 +41,10 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+# mypy over onnxformer.builder, .runtime (strict) and .cli: pyproject.toml's [tool.mypy], scripts/typecheck.py.
+typecheck: $(STAMP)
+	$(BIN)/python scripts/typecheck.py
 
 $(RUNTIME_STAMP): pyproject.toml
 	test -x $(RUNTIME_VENV)/bin/python || $(PYTHON) -m venv $(RUNTIME_VENV)
