@@ -10,9 +10,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TimeElapsedColumn
 
 from onnxformer.cli.errors import user_errors
-from onnxformer.cli.options import NoTruncate, Seed
+from onnxformer.cli.options import FROM_FLAGS, generation_options
 from onnxformer.cli.outputs import parse_path
 from onnxformer.cli.printing import progress_bar
+from onnxformer.runtime.generation_options import GenerationOptions
 
 console = Console(stderr=True, highlight=False)
 
@@ -30,6 +31,7 @@ def _quiet_ray() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+@generation_options("encode", "generate", "seq2seq")
 def batch_command(
     ctx: typer.Context,
     folder: Annotated[Path, typer.Argument(help="A model export folder (from `onnxformer export`).")],
@@ -49,16 +51,7 @@ def batch_command(
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace an earlier output of batch (never a file of yours).")
     ] = False,
-    max_new_tokens: Annotated[
-        int | None,
-        typer.Option("--max-new-tokens", help="Most tokens to add (GPT, T5; default: the export's)."),
-    ] = None,
-    temperature: Annotated[float | None, typer.Option(help="0 = greedy (default: the export's).")] = None,
-    top_k: Annotated[int | None, typer.Option("--top-k", help="Sample from the k likeliest.")] = None,
-    top_p: Annotated[float | None, typer.Option("--top-p", help="Nucleus sampling threshold.")] = None,
-    seed: Seed = None,
-    num_beams: Annotated[int, typer.Option("--num-beams", help="seq2seq: beam search width.")] = 1,
-    no_truncate: NoTruncate = False,
+    options: GenerationOptions = FROM_FLAGS,  # one flag per field, for the export's task
     threads: Annotated[int | None, typer.Option(help="ONNX Runtime threads per process/actor.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run's summary as JSON.")] = False,
 ) -> None:
@@ -69,11 +62,7 @@ def batch_command(
     with --overwrite."""
     with user_errors(ctx):
         from onnxformer.runtime.serving.batch import run_batch
-        from onnxformer.runtime.serving.tasks import GenerationOptions
 
-        options = GenerationOptions(
-            max_new_tokens, temperature, top_k, top_p, seed, num_beams, truncate=not no_truncate
-        )
         if ray is not None:
             _quiet_ray()
         with progress_bar(

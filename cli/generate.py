@@ -6,11 +6,21 @@ from typing import Annotated
 import typer
 
 from onnxformer.cli.errors import user_errors
-from onnxformer.cli.options import Device, Seed, TextFile, Threads, gather_texts, load_model
+from onnxformer.cli.options import (
+    FROM_FLAGS,
+    Device,
+    TextFile,
+    Threads,
+    gather_texts,
+    generation_options,
+    load_model,
+)
 from onnxformer.cli.printing import console, echo_json
 from onnxformer.runtime.errors import InputError
+from onnxformer.runtime.generation_options import GenerationOptions
 
 
+@generation_options("generate")
 def generate_command(
     ctx: typer.Context,
     folder: Annotated[Path, typer.Argument(help="A GPT export folder (from `onnxformer export`).")],
@@ -18,20 +28,7 @@ def generate_command(
         list[str] | None, typer.Argument(help="One or more prompts; each is continued separately.")
     ] = None,
     file: TextFile = None,
-    max_new_tokens: Annotated[
-        int | None, typer.Option("--max-new-tokens", help="Most tokens to add (default: the export's).")
-    ] = None,
-    temperature: Annotated[
-        float | None, typer.Option(help="0 = greedy; higher = more random (default: the export's).")
-    ] = None,
-    top_k: Annotated[
-        int | None, typer.Option("--top-k", help="Sample from the k likeliest tokens (0 = all).")
-    ] = None,
-    top_p: Annotated[
-        float | None, typer.Option("--top-p", help="Sample from the smallest set reaching this probability.")
-    ] = None,
-    seed: Seed = None,
-    stop: Annotated[list[str] | None, typer.Option("--stop", help="End the text before this string.")] = None,
+    options: GenerationOptions = FROM_FLAGS,  # one flag per field: --max-new-tokens, ...
     stream: Annotated[
         bool, typer.Option("--stream", help="Print text as it is produced, prompt by prompt.")
     ] = False,
@@ -40,14 +37,6 @@ def generate_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print prompts and outputs as JSON.")] = False,
 ) -> None:
     """Continue each prompt with a GPT export using ONNX Runtime (no torch needed)."""
-    options = {
-        "max_new_tokens": max_new_tokens,
-        "temperature": temperature,
-        "top_k": top_k,
-        "top_p": top_p,
-        "seed": seed,
-        "stop": stop,
-    }
     with user_errors(ctx):
         prompts = gather_texts(prompts, file, what="prompt")
         if stream and as_json:
@@ -58,11 +47,11 @@ def generate_command(
         if stream:
             for prompt in prompts:
                 typer.echo(prompt, nl=False)
-                for piece in model.stream(prompt, **options):
+                for piece in model.stream(prompt, options):
                     typer.echo(piece, nl=False)
                 typer.echo()
             return
-        outputs = model.generate(list(prompts), **options)
+        outputs = model.generate(list(prompts), options)
     if as_json:
         rows = [{"prompt": p, "output": o} for p, o in zip(prompts, outputs, strict=True)]
         echo_json({"provider": model.provider, "results": rows})

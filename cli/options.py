@@ -1,20 +1,23 @@
 """Options and loading shared by the commands that run exports."""
 
 import contextlib
+import functools
+import inspect
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from onnxformer.cli.errors import user_errors
 from onnxformer.runtime.errors import InputError
+from onnxformer.runtime.generation_options import DEFAULTS, KINDS, OPTIONS, GenerationOptions
 
 BOM = "\ufeff"  # a UTF-8 byte order mark, as read from text
 
 Device = Annotated[str, typer.Option(help="auto (CUDA when a CUDA session starts, else CPU), cpu or cuda.")]
-Seed = Annotated[int | None, typer.Option(help="Seed for sampling; the same seed gives the same text.")]
 Threads = Annotated[
     int | None,
     typer.Option(min=1, help="ONNX Runtime threads per graph (default: ONNX Runtime's, one per core)."),
@@ -37,6 +40,68 @@ NoTruncate = Annotated[
         "else the context) instead of cutting it to its first tokens, as sentence-transformers does.",
     ),
 ]
+
+
+# The default of a command's `options` parameter, which `generation_options` replaces with the flags.
+FROM_FLAGS = GenerationOptions()
+# The command-line type of each kind of GenerationOptions field (a list option is a repeated flag).
+_TYPES = {"int": int, "number": float, "bool": bool, "strings": list[str], "ints": list[int]}
+
+
+def generation_options(*tasks: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a command one flag per GenerationOptions field in place of its `options` parameter:
+    --max-new-tokens, --temperature, ... (a list field is a repeated flag; --truncate/--no-truncate), each
+    with its field's help, type and default. The command receives them as one checked GenerationOptions
+    (a value out of range is an `error:` line). `tasks` are the manifest tasks the command runs: the flags
+    of other tasks' options are hidden from --help and refused, saying why."""
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        signature = inspect.signature(command)
+        flags = [_flag(name, tasks) for name in OPTIONS]
+        parameters = [
+            flag
+            for parameter in signature.parameters.values()
+            for flag in (flags if parameter.name == "options" else [parameter])
+        ]
+
+        @functools.wraps(command)
+        def run(*args: Any, **kwargs: Any) -> None:
+            values = {name: kwargs.pop(name) for name in OPTIONS}
+            # A list flag not given may come as an empty list: unset, so that it takes the export's default.
+            values.update(
+                {name: None for name, value in values.items() if isinstance(value, list) and not value}
+            )
+            with user_errors(kwargs["ctx"]):
+                options = GenerationOptions(**values)
+                if len(tasks) == 1:  # refused before the model loads
+                    options.check(tasks[0])
+            command(*args, options=options, **kwargs)
+
+        run.__signature__ = signature.replace(parameters=parameters)  # what typer reads
+        return run
+
+    return decorate
+
+
+def _flag(name: str, tasks: tuple[str, ...]) -> inspect.Parameter:
+    """The typer parameter of one GenerationOptions field."""
+    kind, optional = KINDS[name]
+    option = OPTIONS[name]
+    dashed = name.replace("_", "-")
+    declaration = f"--{dashed}/--no-{dashed}" if kind == "bool" else f"--{dashed}"
+    help_text = option.help
+    if len(tasks) > 1 and set(tasks) - set(option.tasks):  # a command for several tasks: say whose
+        help_text += f" For {' and '.join(option.tasks)} exports."
+    if kind in ("strings", "ints"):
+        help_text += " Repeat the flag for more."
+    hidden = not set(tasks) & set(option.tasks)
+    annotation = _TYPES[kind] | None if optional else _TYPES[kind]
+    return inspect.Parameter(
+        name,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        default=DEFAULTS[name],
+        annotation=Annotated[annotation, typer.Option(declaration, help=help_text, hidden=hidden)],
+    )
 
 
 @contextlib.contextmanager

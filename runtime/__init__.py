@@ -4,7 +4,7 @@ Nothing under `onnxformer.runtime` imports torch or the builder, not even lazily
 
     from onnxformer.runtime import load
     model = load("exported/gpt")          # TextGenerator, TextEncoder or TextToText, by the manifest's task
-    model.generate("The cat", max_new_tokens=20)
+    model.generate("The cat", max_new_tokens=20)   # or model.generate("The cat", GenerationOptions(...))
 
 The names below are imported on first use (PEP 562), so `import onnxformer.runtime.errors`, which every
 builder layer does, loads no numpy, tokenizers or ONNX Runtime.
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         OnnxformerError,
         ParityError,
     )
+    from onnxformer.runtime.generation_options import GenerationOptions
     from onnxformer.runtime.generator import TextGenerator
     from onnxformer.runtime.loader import load
     from onnxformer.runtime.sampling import SamplingConfig
@@ -37,6 +38,7 @@ _EXPORTS = {
     "ConfigError": "errors",
     "ExportError": "errors",
     "Generation": "decoding",
+    "GenerationOptions": "generation_options",
     "InferenceError": "errors",
     "InputError": "errors",
     "ManifestError": "errors",
@@ -55,6 +57,7 @@ __all__ = [
     "ConfigError",
     "ExportError",
     "Generation",
+    "GenerationOptions",
     "InferenceError",
     "InputError",
     "ManifestError",

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from onnxformer.runtime.errors import InputError
-from onnxformer.runtime.manifest import GenerationDefaults, KVCache
+from onnxformer.runtime.manifest import KVCache
 from onnxformer.runtime.sampling import Sampler, SamplingConfig
 from onnxformer.runtime.session import BoundCache
 
@@ -101,31 +101,37 @@ def with_room(feeds: Feeds, spec: KVCache, new: int) -> Feeds:
 
 
 def check_token_rows(
-    rows: Sequence[Sequence[int]], *, vocab_size: int, limit: int | None, what: str
+    rows: Sequence[Sequence[int]], *, vocab_size: int, limit: int | None, what: str, field: str = "texts"
 ) -> list[list[int]]:
-    """Framed token rows as lists of ints, refused before ONNX Runtime sees them (CUDA may clamp bad ids)."""
+    """Framed token rows as lists of ints, refused before ONNX Runtime sees them (CUDA may clamp bad ids).
+    An error's field is `field` for the whole, `field[i]` for row i."""
     if isinstance(rows, str | bytes) or not _is_list(rows):
-        raise InputError(f"give a list of {what}s, each a list of token ids")
+        raise InputError(f"give a list of {what}s, each a list of token ids", field=field)
     if len(rows) == 0:
-        raise InputError(f"give at least one {what}")
+        raise InputError(f"give at least one {what}", field=field)
     checked = []
     for index, row in enumerate(rows):
+        at = f"{field}[{index}]"
         if isinstance(row, str | bytes) or not _is_list(row):
-            raise InputError(f"{what} {index} must be a list of token ids, got {type(row).__name__}")
+            raise InputError(
+                f"{what} {index} must be a list of token ids, got {type(row).__name__}", field=at
+            )
         if len(row) == 0:
-            raise InputError(f"{what} {index} is empty; it needs at least one token (e.g. <s>)")
+            raise InputError(f"{what} {index} is empty; it needs at least one token (e.g. <s>)", field=at)
         if any(isinstance(t, bool) or not isinstance(t, int | np.integer) for t in row):
-            raise InputError(f"{what} {index} must hold integer token ids only")
+            raise InputError(f"{what} {index} must hold integer token ids only", field=at)
         ids = [int(t) for t in row]
         bad = [t for t in ids if not 0 <= t < vocab_size]
         if bad:
             raise InputError(
                 f"{what} {index} has token ids {bad[:5]} outside the vocabulary 0 .. {vocab_size - 1}; "
-                "encode text with the export's tokenizer"
+                "encode text with the export's tokenizer",
+                field=at,
             )
         if limit is not None and len(ids) > limit:
             raise InputError(
-                f"{what} {index} has {len(ids)} tokens but the model's context is {limit}; shorten it"
+                f"{what} {index} has {len(ids)} tokens but the model's context is {limit}; shorten it",
+                field=at,
             )
         checked.append(ids)
     return checked
@@ -139,41 +145,13 @@ def _is_list(value: Any) -> bool:
 
 
 def check_stop_tokens(stop_tokens: Collection[int], *, vocab_size: int) -> frozenset[int]:
-    if isinstance(stop_tokens, str | bytes):
-        raise InputError("stop_tokens must be token ids; use stop=[...] for stop strings")
-    if (isinstance(stop_tokens, np.ndarray) and stop_tokens.ndim != 1) or not isinstance(
-        stop_tokens, Collection
-    ):
-        raise InputError(f"stop_tokens must be a list of token ids, got {type(stop_tokens).__name__}")
-    ids = list(stop_tokens)
-    if any(
-        isinstance(t, bool) or not isinstance(t, int | np.integer) or not 0 <= t < vocab_size for t in ids
-    ):
-        raise InputError(f"stop_tokens must be token ids in 0 .. {vocab_size - 1}, got {ids[:10]}")
-    return frozenset(int(t) for t in ids)
-
-
-def check_max_new_tokens(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
-        raise InputError(f"max_new_tokens must be an integer >= 0, got {value!r}")
-    return int(value)
-
-
-def sampling_config(
-    defaults: GenerationDefaults,
-    *,
-    temperature: float | None,
-    top_k: int | None,
-    top_p: float | None,
-    seed: int | None,
-) -> SamplingConfig:
-    """The options given, else the export's defaults (manifest `generation`); SamplingConfig checks them."""
-    return SamplingConfig(
-        temperature=defaults.temperature if temperature is None else temperature,
-        top_k=defaults.top_k if top_k is None else top_k,
-        top_p=defaults.top_p if top_p is None else top_p,
-        seed=seed,
-    )
+    """Stop token ids (checked ints >= 0, from GenerationOptions) within the vocabulary."""
+    bad = [t for t in stop_tokens if not 0 <= t < vocab_size]
+    if bad:
+        raise InputError(
+            f"stop_tokens must be token ids in 0 .. {vocab_size - 1}, got {bad[:10]}", field="stop_tokens"
+        )
+    return frozenset(stop_tokens)
 
 
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
@@ -388,19 +366,3 @@ def beam_search(
         if not results[b].finished:  # budget 0
             results[b].finished.append((0.0, [], "length"))
     return [hypotheses.best() for hypotheses in results]
-
-
-MAX_LENGTH_PENALTY = 10.0  # length ** penalty must stay a finite, non-zero float for any context length
-
-
-def check_length_penalty(value: Any) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not -MAX_LENGTH_PENALTY <= value <= MAX_LENGTH_PENALTY
-    ):
-        raise InputError(
-            f"length_penalty must be a number in [-{MAX_LENGTH_PENALTY:g}, {MAX_LENGTH_PENALTY:g}] "
-            f"(1.0 = average log-probability, 0 = sum), got {value!r}"
-        )
-    return float(value)

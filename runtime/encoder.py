@@ -70,7 +70,7 @@ class TextEncoder(ExportModel):
         `normalize_embeddings`), so a dot product is the cosine similarity; an all-zero embedding stays
         zero. A text longer than `max_length` ids is cut to them (`truncate=False`: refused)."""
         if not isinstance(normalize, bool):
-            raise InputError(f"normalize must be True or False, got {normalize!r}")
+            raise InputError(f"normalize must be True or False, got {normalize!r}", field="normalize")
         single = isinstance(texts, str)
         rows = self._frame([texts] if single else texts, truncate=truncate)
         vectors = self._run(rows, "sentence_embedding", batch_size)  # (N, D)
@@ -111,7 +111,7 @@ class TextEncoder(ExportModel):
         if mask_text not in text:
             raise InputError(f"the text has no {mask_text}; mark each word to predict with {mask_text}")
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-            raise InputError(f"top_k must be an integer >= 1, got {top_k!r}")
+            raise InputError(f"top_k must be an integer >= 1, got {top_k!r}", field="top_k")
         (row,) = self._frame([text], truncate=truncate)
         mask_id = self.tokenizer.special_tokens["mask"]
         if len(row) == self.max_length and self.tokenizer.encode(text).count(mask_id) > row.count(mask_id):
@@ -133,7 +133,7 @@ class TextEncoder(ExportModel):
         of `batch_size` sorted by length, in the rows' order (outputs with a sequence axis only join when
         one batch holds every row)."""
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InputError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+            raise InputError(f"batch_size must be an integer >= 1, got {batch_size!r}", field="batch_size")
         name = self._io.outputs.get(output)
         if name is None:
             raise ManifestError(
@@ -171,14 +171,16 @@ class TextEncoder(ExportModel):
     def _ids(self, text: object, index: int) -> list[int]:
         """All of a text's tokens (sentence-transformers tokenizes the whole text, then cuts)."""
         if not isinstance(text, str):
-            raise InputError(f"text {index} must be a str, got {type(text).__name__}")
+            raise InputError(
+                f"text {index} must be a str, got {type(text).__name__}", field=f"texts[{index}]"
+            )
         return self.tokenizer.encode(text)
 
     def _frame(self, texts: Sequence[str], *, truncate: bool) -> list[list[int]]:
         """Each text framed; one longer than `max_length` ids cut to its first tokens (`truncate`, with a
         warning naming it) or refused."""
         if not isinstance(truncate, bool):
-            raise InputError(f"truncate must be True or False, got {truncate!r}")
+            raise InputError(f"truncate must be True or False, got {truncate!r}", field="truncate")
         if not truncate:
             return self.frame_all(texts, what="text", limit=self.max_length)
         room = self.max_length - self._framing_size

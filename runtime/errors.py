@@ -14,7 +14,16 @@ class ConfigError(OnnxformerError, ValueError):
 
 
 class InputError(OnnxformerError, ValueError):
-    """A tensor, text or option given at call time is invalid (wrong rank, width, length, range)."""
+    """A tensor, text or option given at call time is invalid (wrong rank, width, length, range).
+
+    `field` names what the error is about in a request's terms, when it is about one thing: an option's
+    name ("top_p", a `GenerationOptions` field), "texts", or "texts[i]" for the i-th text (prompt, source)
+    of a call. The HTTP server reports it as the error's field; None when no one field is at fault.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field  # kept by pickling (BaseException pickles __dict__): Ray hands errors back
 
 
 class ManifestError(OnnxformerError):

@@ -10,7 +10,7 @@ its text at their first occurrence.
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -19,15 +19,14 @@ from onnxformer.runtime.decoding import (
     Feeds,
     Generation,
     Step,
-    check_max_new_tokens,
     check_stop_tokens,
     check_token_rows,
     decode_steps,
     left_pad,
     prompt_budgets,
-    sampling_config,
 )
 from onnxformer.runtime.errors import InputError
+from onnxformer.runtime.generation_options import GenerationOptions
 from onnxformer.runtime.model import ExportModel, ModelExport, pick
 from onnxformer.runtime.sampling import SamplingConfig
 from onnxformer.runtime.tokenizer import REPLACEMENT
@@ -35,7 +34,7 @@ from onnxformer.runtime.tokenizer import REPLACEMENT
 
 @dataclass(frozen=True)
 class _Request:
-    """One call's checked options; built before anything runs."""
+    """One call's checked prompts and options; built before anything runs."""
 
     rows: list[list[int]]  # framed prompts
     max_new_tokens: int
@@ -45,7 +44,13 @@ class _Request:
 
 
 class TextGenerator(ExportModel):
-    """A "generate" export (GPT). Thread-safe: calls share only the ONNX Runtime session and the tokenizer."""
+    """A "generate" export (GPT). Thread-safe: calls share only the ONNX Runtime session and the tokenizer.
+
+    Every method takes the generation options as one `GenerationOptions`, or as its fields by keyword
+    (max_new_tokens, temperature, top_k, top_p, seed, stop_tokens; `generate` and `stream` also stop), or
+    both (the keywords win). Options left unset take the export's defaults (manifest `generation`);
+    temperature 0 is greedy. An option of another task (num_beams) is refused, saying why.
+    """
 
     task = "generate"
     feeds: ClassVar[dict[str, tuple[str, ...]]] = {"decoder": ("input_ids", "attention_mask")}
@@ -61,95 +66,33 @@ class TextGenerator(ExportModel):
         self._outputs = [self._io.outputs["logits"], *self._cache.present_names()]
 
     def generate(
-        self,
-        prompt: str | list[str],
-        *,
-        max_new_tokens: int | None = None,
-        temperature: float | None = None,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        stop: list[str] | None = None,
-        stop_tokens: list[int] | None = None,
+        self, prompt: str | list[str], options: GenerationOptions | None = None, **overrides: Any
     ) -> str | list[str]:
         """The continuation of `prompt` (a str), or of each prompt (a list in, a list out).
 
-        Options left at None take the export's defaults (manifest `generation`); temperature 0 is greedy.
         `stop_tokens` replaces the default stop tokens (</s>); `stop` strings end the text before them.
         """
         single = isinstance(prompt, str)
-        request = self._request(
-            self._frame([prompt] if single else prompt),
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            seed=seed,
-            stop=stop,
-            stop_tokens=stop_tokens,
-        )
+        checked = self._options(options, overrides, text=True)
+        request = self._request(self._frame([prompt] if single else prompt), checked)
         texts = [_cut(self.tokenizer.decode(result.tokens), request.stop) for result in self._run(request)]
         return texts[0] if single else texts
 
     def generate_ids(
-        self,
-        prompts: Sequence[Sequence[int]],
-        *,
-        max_new_tokens: int | None = None,
-        temperature: float | None = None,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        stop_tokens: list[int] | None = None,
+        self, prompts: Sequence[Sequence[int]], options: GenerationOptions | None = None, **overrides: Any
     ) -> list[Generation]:
         """Generation from framed token ids (<s> included), as the PyTorch reference takes them."""
-        request = self._request(
-            prompts,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            seed=seed,
-            stop=None,
-            stop_tokens=stop_tokens,
-        )
-        return self._run(request)
+        return self._run(self._request(prompts, self._options(options, overrides, text=False)))
 
     def steps(
-        self,
-        prompts: Sequence[Sequence[int]],
-        *,
-        max_new_tokens: int | None = None,
-        temperature: float | None = None,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        stop_tokens: list[int] | None = None,
+        self, prompts: Sequence[Sequence[int]], options: GenerationOptions | None = None, **overrides: Any
     ) -> Iterator[Step]:
         """`generate_ids` one step at a time: the logits (B, V) each step chose from and its tokens (B,)."""
-        request = self._request(
-            prompts,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            seed=seed,
-            stop=None,
-            stop_tokens=stop_tokens,
-        )
+        request = self._request(prompts, self._options(options, overrides, text=False))
         return self._loop(request, Collector(self._budgets(request), request.stop_tokens))
 
     def stream(
-        self,
-        prompt: str,
-        *,
-        max_new_tokens: int | None = None,
-        temperature: float | None = None,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        stop: list[str] | None = None,
-        stop_tokens: list[int] | None = None,
+        self, prompt: str, options: GenerationOptions | None = None, **overrides: Any
     ) -> Iterator[str]:
         """The continuation of one prompt in pieces as it is produced; the pieces join to `generate`'s text.
 
@@ -157,17 +100,11 @@ class TextGenerator(ExportModel):
         and text that may be the start of a stop string waits until it is not.
         """
         if not isinstance(prompt, str):
-            raise InputError(f"stream takes one prompt str, got {type(prompt).__name__}; loop over a list")
-        request = self._request(
-            self._frame([prompt]),
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            seed=seed,
-            stop=stop,
-            stop_tokens=stop_tokens,
-        )
+            raise InputError(
+                f"stream takes one prompt str, got {type(prompt).__name__}; loop over a list", field="texts"
+            )
+        checked = self._options(options, overrides, text=True)
+        request = self._request(self._frame([prompt]), checked)
         return self._stream(request)  # checked now; runs as the caller iterates
 
     # The loop.
@@ -234,42 +171,28 @@ class TextGenerator(ExportModel):
     def warm_up(self) -> None:
         self.generate_ids([self.frame("a", what="prompt")], max_new_tokens=1, temperature=0)
 
-    def _request(
-        self,
-        prompts: Sequence[Sequence[int]],
-        *,
-        max_new_tokens: int | None,
-        temperature: float | None,
-        top_k: int | None,
-        top_p: float | None,
-        seed: int | None,
-        stop: list[str] | None,
-        stop_tokens: list[int] | None,
-    ) -> _Request:
+    def _options(
+        self, options: GenerationOptions | None, overrides: dict[str, Any], *, text: bool
+    ) -> GenerationOptions:
+        """The call's options, checked for this task; `text`: the call returns text (stop strings cut it)."""
+        checked = GenerationOptions.of(options, **overrides).check(self.task)
+        if not text and checked.stop is not None:
+            raise InputError(
+                "stop strings cut text, and this call returns token ids; give stop_tokens, or call generate",
+                field="stop",
+            )
+        return checked
+
+    def _request(self, prompts: Sequence[Sequence[int]], options: GenerationOptions) -> _Request:
         rows = check_token_rows(prompts, vocab_size=self.vocab_size, limit=self.max_len, what="prompt")
-        if max_new_tokens is None:
-            max_new_tokens = self.defaults.max_new_tokens
-        if stop_tokens is None:
-            stop_tokens = list(self.defaults.stop_tokens)
+        resolved = options.resolve(self.defaults)
         return _Request(
             rows=rows,
-            max_new_tokens=check_max_new_tokens(max_new_tokens),
-            sampling=sampling_config(
-                self.defaults, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed
-            ),
-            stop_tokens=check_stop_tokens(stop_tokens, vocab_size=self.vocab_size),
-            stop=_check_stop_strings(stop),
+            max_new_tokens=resolved.max_new_tokens,
+            sampling=resolved.sampling(),
+            stop_tokens=check_stop_tokens(resolved.stop_tokens, vocab_size=self.vocab_size),
+            stop=resolved.stop or (),
         )
-
-
-def _check_stop_strings(stop: list[str] | None) -> tuple[str, ...]:
-    if stop is None:
-        return ()
-    if isinstance(stop, str) or not isinstance(stop, Sequence):
-        raise InputError(f"stop must be a list of strings, e.g. stop=[{stop!r}]")
-    if not all(isinstance(s, str) and s for s in stop):
-        raise InputError(f"stop strings must be non-empty str, got {list(stop)!r}")
-    return tuple(stop)
 
 
 def _find_stop(text: str, stop: tuple[str, ...]) -> int:

@@ -213,9 +213,9 @@ def pick(io: GraphIO, **available: Any) -> dict[str, Any]:
 def text_list(texts: object, *, what: str) -> Sequence:
     """`texts` checked to be a list of at least one item (a str is not such a list)."""
     if isinstance(texts, str | bytes) or not isinstance(texts, Sequence):
-        raise InputError(f"{what} must be a str or a list of str")
+        raise InputError(f"{what} must be a str or a list of str", field="texts")
     if len(texts) == 0:
-        raise InputError(f"give at least one {what}")
+        raise InputError(f"give at least one {what}", field="texts")
     return texts
 
 
@@ -279,13 +279,15 @@ class ExportModel:
         + <sep>), refused when longer than `limit` ids (default: the model's context)."""
         limit = self.max_len if limit is None else limit
         at = what if index is None else f"{what} {index}"
+        field = "texts" if index is None else f"texts[{index}]"
         if not isinstance(text, str):
-            raise InputError(f"{at} must be a str, got {type(text).__name__}")
+            raise InputError(f"{at} must be a str, got {type(text).__name__}", field=field)
         row = self.framing.ids(self.tokenizer.encode(text, limit=limit), self.tokenizer.special_tokens)
         if len(row) > limit:
             raise InputError(
                 f"{at} is {len(row)} tokens framed as {self.framing.describe()}, but the model reads at most "
-                f"{limit}; shorten the {what}"
+                f"{limit}; shorten the {what}",
+                field=field,
             )
         return row
 

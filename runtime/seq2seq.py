@@ -10,7 +10,7 @@ with the self-attention cache and stops at </s>. Greedy and seeded sampling foll
 
 from collections.abc import Sequence
 from functools import partial
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -19,22 +19,28 @@ from onnxformer.runtime.decoding import (
     Feeds,
     Generation,
     beam_search,
-    check_length_penalty,
-    check_max_new_tokens,
     check_stop_tokens,
     check_token_rows,
     decode_steps,
     left_pad,
     log_softmax,
-    sampling_config,
     seq2seq_budget,
 )
 from onnxformer.runtime.errors import InputError
+from onnxformer.runtime.generation_options import SAMPLING, GenerationOptions
 from onnxformer.runtime.model import ExportModel, ModelExport, pick
 
 
 class TextToText(ExportModel):
-    """A "seq2seq" export (T5). Thread-safe: calls share only the ONNX Runtime sessions and the tokenizer."""
+    """A "seq2seq" export (T5). Thread-safe: calls share only the ONNX Runtime sessions and the tokenizer.
+
+    Every method takes the generation options as one `GenerationOptions`, or as its fields by keyword
+    (max_new_tokens, num_beams, length_penalty, temperature, top_k, top_p, seed, stop_tokens), or both
+    (the keywords win). `num_beams=1` decodes greedily or samples, options left unset taking the export's
+    defaults (manifest `generation`); `num_beams > 1` runs beam search, ranking finished outputs by
+    sum of log-probabilities / length ** length_penalty, and takes no sampling options. An option of
+    another task (stop strings) is refused, saying why.
+    """
 
     task = "seq2seq"
     feeds: ClassVar[dict[str, tuple[str, ...]]] = {
@@ -55,74 +61,24 @@ class TextToText(ExportModel):
         self._outputs = [self._logits, *self._cache.present_names()]
 
     def generate(
-        self,
-        text: str | list[str],
-        *,
-        max_new_tokens: int | None = None,
-        num_beams: int = 1,
-        length_penalty: float = 1.0,
-        temperature: float | None = None,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        stop_tokens: list[int] | None = None,
+        self, text: str | list[str], options: GenerationOptions | None = None, **overrides: Any
     ) -> str | list[str]:
-        """The output text for `text` (a str), or for each text (a list in, a list out).
-
-        `num_beams=1` decodes greedily or samples (temperature, top_k, top_p, seed; None takes the export's
-        defaults); `num_beams > 1` runs beam search, ranking finished outputs by
-        sum of log-probabilities / length ** length_penalty, and takes no sampling options.
-        """
+        """The output text for `text` (a str), or for each text (a list in, a list out)."""
         single = isinstance(text, str)
-        results = self.generate_ids(
-            self._frame([text] if single else text),
-            max_new_tokens=max_new_tokens,
-            num_beams=num_beams,
-            length_penalty=length_penalty,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            seed=seed,
-            stop_tokens=stop_tokens,
-        )
+        checked = GenerationOptions.of(options, **overrides).check(self.task)
+        results = self.generate_ids(self._frame([text] if single else text), checked)
         texts = [self.tokenizer.decode(result.tokens) for result in results]
         return texts[0] if single else texts
 
     def generate_ids(
-        self,
-        sources: Sequence[Sequence[int]],
-        *,
-        max_new_tokens: int | None = None,
-        num_beams: int = 1,
-        length_penalty: float = 1.0,
-        temperature: float | None = None,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        stop_tokens: list[int] | None = None,
+        self, sources: Sequence[Sequence[int]], options: GenerationOptions | None = None, **overrides: Any
     ) -> list[Generation]:
         """Generation from framed source ids (</s> included), as the PyTorch reference takes them."""
-        if isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 1:
-            raise InputError(f"num_beams must be an integer >= 1 (1 = no beam search), got {num_beams!r}")
-        if num_beams > 1:
-            given = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
-            if any(value is not None for value in given.values()):
-                raise InputError(
-                    "beam search chooses tokens deterministically; leave temperature, top_k, top_p and seed "
-                    "unset, or use num_beams=1 to sample"
-                )
-            return self.beam_search_ids(
-                sources,
-                num_beams=num_beams,
-                length_penalty=length_penalty,
-                max_new_tokens=max_new_tokens,
-                stop_tokens=stop_tokens,
-            )
-        rows, budget, stop = self._check(sources, max_new_tokens, stop_tokens)
-        check_length_penalty(length_penalty)
-        sampling = sampling_config(
-            self.defaults, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed
-        )
+        checked = GenerationOptions.of(options, **overrides).check(self.task)
+        if checked.num_beams > 1:
+            return self.beam_search_ids(sources, checked)
+        rows, budget, stop = self._check(sources, checked)
+        sampling = checked.resolve(self.defaults).sampling()
         batch = len(rows)
         collector = Collector([budget] * batch, stop)
         steps = decode_steps(
@@ -139,41 +95,42 @@ class TextToText(ExportModel):
         return collector.result()
 
     def beam_search_ids(
-        self,
-        sources: Sequence[Sequence[int]],
-        *,
-        num_beams: int,
-        length_penalty: float = 1.0,
-        max_new_tokens: int | None = None,
-        stop_tokens: list[int] | None = None,
+        self, sources: Sequence[Sequence[int]], options: GenerationOptions | None = None, **overrides: Any
     ) -> list[Generation]:
         """Beam search from framed source ids; each result carries its score. `num_beams=1` is allowed
         here (it equals greedy decoding), while `generate` sends 1 to the greedy loop."""
-        if isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 1:
-            raise InputError(f"num_beams must be an integer >= 1, got {num_beams!r}")
-        if num_beams > self.vocab_size:
+        checked = GenerationOptions.of(options, **overrides).check(self.task)
+        given = [name for name in SAMPLING if getattr(checked, name) is not None]
+        if given:
+            raise InputError(
+                f"beam search chooses tokens deterministically; leave {', '.join(given)} unset",
+                field=given[0],
+            )
+        if checked.num_beams > self.vocab_size:
             # Each beam holds a copy of the encoder's keys and values: an unbounded count is unbounded memory.
             raise InputError(
-                f"num_beams must be at most the vocabulary size {self.vocab_size}, got {num_beams}"
+                f"num_beams must be at most the vocabulary size {self.vocab_size}, got {checked.num_beams}",
+                field="num_beams",
             )
-        rows, budget, stop = self._check(sources, max_new_tokens, stop_tokens)
-        penalty = check_length_penalty(length_penalty)
+        rows, budget, stop = self._check(sources, checked)
         return beam_search(
-            partial(self._step, memory=self._memory(rows, repeat=num_beams)),
-            self._cache.empty(len(rows) * num_beams),
+            partial(self._step, memory=self._memory(rows, repeat=checked.num_beams)),
+            self._cache.empty(len(rows) * checked.num_beams),
             batch=len(rows),
-            num_beams=num_beams,
+            num_beams=checked.num_beams,
             start_token=self.start_token,
             budget=budget,
             stop_tokens=stop,
-            length_penalty=penalty,
+            length_penalty=checked.length_penalty,
         )
 
     def score_ids(self, source: Sequence[int], target: Sequence[int]) -> float:
         """The log-probability the model gives `target` (ids, e.g. an output + </s>) after the start token,
         for one framed source: the sum over target tokens, teacher forced in one decoder run."""
         (row,) = check_token_rows([source], vocab_size=self.vocab_size, limit=self.max_len, what="source")
-        (wanted,) = check_token_rows([target], vocab_size=self.vocab_size, limit=self.max_len, what="target")
+        (wanted,) = check_token_rows(
+            [target], vocab_size=self.vocab_size, limit=self.max_len, what="target", field="target"
+        )
         ids = np.array([[self.start_token, *wanted[:-1]]], dtype=np.int64)  # (1, T)
         feeds = {**self._decoder_feeds(ids, np.ones_like(ids), self._memory([row])), **self._cache.empty(1)}
         (logits,) = self._decoder.run(feeds, [self._logits])  # (1, T, V)
@@ -212,22 +169,21 @@ class TextToText(ExportModel):
         return {**named, **cross}
 
     def _check(
-        self, sources: Sequence[Sequence[int]], max_new_tokens: int | None, stop_tokens: list[int] | None
+        self, sources: Sequence[Sequence[int]], options: GenerationOptions
     ) -> tuple[list[list[int]], int, frozenset[int]]:
-        """Checked source rows, the decoding budget, the stop tokens."""
+        """Checked source rows, the decoding budget, the stop tokens (the export's unless given)."""
         rows = check_token_rows(sources, vocab_size=self.vocab_size, limit=self.max_len, what="source")
-        if max_new_tokens is None:
-            max_new_tokens = self.defaults.max_new_tokens
-        if stop_tokens is None:
-            stop_tokens = list(self.defaults.stop_tokens)
-        stop = check_stop_tokens(stop_tokens, vocab_size=self.vocab_size)
-        return rows, seq2seq_budget(check_max_new_tokens(max_new_tokens), self.max_len), stop
+        resolved = options.resolve(self.defaults)
+        stop = check_stop_tokens(resolved.stop_tokens, vocab_size=self.vocab_size)
+        return rows, seq2seq_budget(resolved.max_new_tokens, self.max_len), stop
 
     def _frame(self, texts: Sequence[str]) -> list[list[int]]:
         if isinstance(texts, Sequence) and not isinstance(texts, str | bytes):
             for index, text in enumerate(texts):
                 if text == "":
-                    raise InputError(f"text {index} is empty; give the text to transform")
+                    raise InputError(
+                        f"text {index} is empty; give the text to transform", field=f"texts[{index}]"
+                    )
         return self.frame_all(texts, what="text")
 
     def warm_up(self) -> None:

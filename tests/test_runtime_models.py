@@ -24,7 +24,6 @@ import numpy as np
 import pytest
 
 from onnxformer.runtime import (
-    ConfigError,
     InputError,
     ManifestError,
     TextEncoder,
@@ -360,14 +359,17 @@ BAD_GPT = [
     (lambda m: m.generate(" cat" * 100), InputError, "shorten the prompt"),
     (lambda m: m.generate(b"bytes"), InputError, "str"),
     (lambda m: m.generate("a", max_new_tokens=-1), InputError, "max_new_tokens"),
-    (lambda m: m.generate("a", temperature=-1.0), ConfigError, "temperature"),
-    (lambda m: m.generate("a", top_p=0.0), ConfigError, "top_p"),
-    (lambda m: m.generate("a", top_k=-2), ConfigError, "top_k"),
+    (lambda m: m.generate("a", temperature=-1.0), InputError, "temperature"),
+    (lambda m: m.generate("a", top_p=0.0), InputError, "top_p"),
+    (lambda m: m.generate("a", top_k=-2), InputError, "top_k"),
     (lambda m: m.generate("a", stop="."), InputError, "list of strings"),
     (lambda m: m.generate("a", stop=[""]), InputError, "non-empty"),
     (lambda m: m.generate("a", stop_tokens=[m.vocab_size]), InputError, "stop_tokens"),
     (lambda m: m.stream(["a"]), InputError, "one prompt"),
-    (lambda m: m.stream("a", seed=-3), ConfigError, "seed"),
+    (lambda m: m.stream("a", seed=-3), InputError, "seed"),
+    (lambda m: m.generate("a", num_beams=2), InputError, "beam search runs on seq2seq exports only"),
+    (lambda m: m.generate("a", temprature=0), InputError, "'temprature' is not a generation option"),
+    (lambda m: m.generate_ids([[1]], stop=["x"]), InputError, "returns token ids; give stop_tokens"),
 ]
 BAD_BERT = [
     (lambda m: m.embed([]), InputError, "at least one text"),
@@ -386,10 +388,12 @@ BAD_T5 = [
     (lambda m: m.generate("a", num_beams=2, temperature=0.7), InputError, "deterministically"),
     (lambda m: m.generate("a", max_new_tokens=-1), InputError, "max_new_tokens"),
     (lambda m: m.generate("a", length_penalty=float("nan")), InputError, "length_penalty"),
-    (lambda m: m.generate("a", top_p=1.5), ConfigError, "top_p"),
+    (lambda m: m.generate("a", top_p=1.5), InputError, "top_p"),
     (lambda m: m.generate("word " * 100), InputError, "shorten the text"),
     (lambda m: m.generate_ids([[m.vocab_size, 2]]), InputError, "outside the vocabulary"),
     (lambda m: m.beam_search_ids([[5, 2]], num_beams=0), InputError, "num_beams"),
+    (lambda m: m.beam_search_ids([[5, 2]], num_beams=1, seed=3), InputError, "leave seed unset"),
+    (lambda m: m.generate("a", stop=["."]), InputError, "stop: not an option of seq2seq"),
 ]
 
 

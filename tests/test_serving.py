@@ -25,6 +25,7 @@ from typer.testing import CliRunner
 
 from onnxformer.cli.main import app as cli
 from onnxformer.runtime import ConfigError, InputError, load
+from onnxformer.runtime.generation_options import OPTIONS, names_for
 from onnxformer.runtime.serving.app import Limits, background_server, create_app, read_events, serve_local
 from onnxformer.runtime.serving.triton import TRITON_DTYPES, write_repository
 
@@ -80,6 +81,7 @@ def test_health_and_info_come_from_the_manifest(servers: dict, models: dict, fam
     assert (info["family"], info["task"], info["endpoint"]) == (family, TASKS[family], f"/{TASKS[family]}")
     assert info["config"] == manifest.config and info["opset"] == manifest.opset
     assert info["limits"]["max_texts"] == Limits().max_texts
+    assert list(info["options"]) == list(names_for(models[family].task))  # the fields besides texts
 
 
 def test_embed_equals_the_runtime_exactly(servers: dict, models: dict) -> None:
@@ -165,15 +167,28 @@ REFUSED = [
     ("gpt", {"texts": ["a"], "truncate": False}, 422, "truncate", "unknown field 'truncate'"),
     ("gpt", {"texts": ["a"], "max_new_tokens": 100000}, 422, "max_new_tokens", "between 1 and 256"),
     ("gpt", {"texts": ["a"], "max_new_tokens": 2.5}, 422, "max_new_tokens", "integer"),
-    ("gpt", {"texts": ["a"], "temperature": -1}, 422, "temperature", "must be at least 0.0, got -1"),
+    (
+        "gpt",
+        {"texts": ["a"], "temperature": -1},
+        422,
+        "temperature",
+        "must be between 0.0 and 1e+300, got -1",
+    ),
+    ("gpt", {"texts": ["a"], "temperature": 1e301}, 422, "temperature", "between 0.0 and 1e+300"),
     ("gpt", {"texts": ["a"], "top_k": -2}, 422, "top_k", "must be at least 0, got -2"),
     ("gpt", {"texts": ["a"], "top_p": 1.5}, 422, "top_p", "between 0.0 and 1.0"),
+    ("gpt", {"texts": ["a"], "top_p": 0}, 422, "top_p", "top_p must be a number in (0, 1], got 0.0"),
+    ("gpt", {"texts": ["a"], "num_beams": 2}, 422, "num_beams", "beam search runs on seq2seq exports only"),
+    ("gpt", {"texts": ["a"], "stop_tokens": [2, "x"]}, 422, "stop_tokens[1]", "must be an integer"),
+    ("gpt", {"texts": ["a"], "stop_tokens": [10**6]}, 422, "stop_tokens", "token ids in 0 .. "),
     ("gpt", {"texts": ["a"], "seed": True}, 422, "seed", "integer"),
     ("gpt", {"texts": ["a"], "stop": "x"}, 422, "stop", "list of strings"),
     ("gpt", {"texts": ["a", "b"], "stream": True}, 422, "texts", "exactly one"),
     ("gpt", {"texts": ["a"], "stream": "yes"}, 422, "stream", "true or false"),
     ("t5", {"texts": ["a"], "num_beams": 99}, 422, "num_beams", "between 1 and 8"),
     ("t5", {"texts": ["a"], "num_beams": 2, "seed": 1}, 422, "num_beams", "beam search"),
+    ("t5", {"texts": ["a"], "length_penalty": 11}, 422, "length_penalty", "between -10.0 and 10.0"),
+    ("t5", {"texts": ["a"], "stop": ["x"]}, 422, "stop", "not an option of seq2seq (stop strings"),
     ("t5", {"texts": ["a", ""]}, 422, "texts[1]", "is empty"),
     ("small", {"texts": ["a", "b", "c", "d"]}, 413, "texts", "at most 3"),
     ("small", {"texts": ["x" * 400]}, 413, None, "over 300 bytes"),
@@ -186,6 +201,62 @@ def test_refused_requests_name_the_field(servers: dict, server, body, status, fi
     got, answer = call(f"{servers[server]}/{endpoint}", body)
     assert (got, answer["error"]["field"]) == (status, field), answer
     assert message in answer["error"]["message"]
+
+
+# A valid value of every option, for the test below; a new option needs one here.
+SAMPLES = {"max_new_tokens": 3, "temperature": 0.0, "top_k": 5, "top_p": 0.9, "seed": 2, "stop": ["."],
+           "stop_tokens": [], "num_beams": 2, "length_penalty": 0.5, "truncate": False}  # fmt: skip
+
+
+@pytest.mark.parametrize("family", list(TASKS))
+def test_every_option_of_a_task_is_a_field(servers: dict, models: dict, family: str) -> None:
+    """The HTTP fields come from GenerationOptions: each option of the task is taken, one at a time, and
+    gives what the runtime gives with it."""
+    assert set(SAMPLES) == set(OPTIONS)
+    model = models[family]
+    for name in names_for(model.task):
+        # GPT samples by default: seeded, so that the two calls draw the same
+        options = {"seed": 1, name: SAMPLES[name]} if family == "gpt" else {name: SAMPLES[name]}
+        status, answer = call(f"{servers[family]}/{TASKS[family]}", {"texts": ["The cat sat."], **options})
+        assert status == 200, (name, answer)
+        if family != "bert":
+            assert answer[KEYS[TASKS[family]]] == model.generate(["The cat sat."], **options)
+
+
+def test_length_penalty_reaches_beam_search_over_http(servers: dict, models: dict) -> None:
+    """length_penalty, once not an HTTP field, changes which beam wins for these texts, as in the runtime."""
+    items = ["While.", "The cat."]
+    outputs = {}
+    for penalty in (-10.0, 10.0):
+        status, body = call(
+            servers["t5"] + "/seq2seq", {"texts": items, "num_beams": 6, "length_penalty": penalty}
+        )
+        assert status == 200 and body["outputs"] == models["t5"].generate(
+            items, num_beams=6, length_penalty=penalty
+        )
+        outputs[penalty] = body["outputs"]
+    assert outputs[-10.0] != outputs[10.0]
+
+
+def test_the_field_of_an_input_error_is_reported_whatever_its_message() -> None:
+    """The server reports the field the runtime's InputError carries; it never reads the message (which
+    here names another option)."""
+    model = load(EXPORTED / "gpt")
+    raised = []
+
+    def refuse(texts, options=None, **overrides):
+        raise raised[-1]
+
+    model.generate = refuse  # this instance only
+    with background_server(create_app(model)) as url:
+        raised.append(InputError("temperature must be a number; text 0 is 900 tokens", field="top_p"))
+        assert call(url + "/generate", {"texts": ["a"]}) == (
+            422,
+            {"error": {"field": "top_p", "message": "temperature must be a number; text 0 is 900 tokens"}},
+        )
+        raised.append(InputError("top_k must be an integer >= 0"))  # no field: about the texts
+        status, body = call(url + "/generate", {"texts": ["a"]})
+        assert (status, body["error"]["field"]) == (422, "texts")
 
 
 def test_wrong_endpoints_and_methods_answer_json(servers: dict) -> None:
@@ -299,6 +370,35 @@ def test_the_commands(tmp_path: Path) -> None:
     assert again.exit_code == 1 and "pass --overwrite" in again.stderr
     result = runner.invoke(cli, ["triton", str(EXPORTED / "bert"), "--out", str(tmp_path / "repo")])
     assert result.exit_code == 0 and (tmp_path / "repo" / "bert_encoder" / "config.pbtxt").is_file()
+
+
+def test_batch_takes_every_option_length_penalty_included(tmp_path: Path) -> None:
+    """`batch` once built its options positionally and had no --length-penalty (nor --stop, --stop-tokens):
+    its flags now come from GenerationOptions, and length_penalty changes which beam wins here."""
+    runner = CliRunner()
+    source = tmp_path / "in.jsonl"
+    items = ["While.", "The cat."]
+    source.write_text("".join(json.dumps({"text": t}) + "\n" for t in items))
+    t5 = load(EXPORTED / "t5")
+    outputs = {}
+    for penalty in ("-10", "10"):
+        out = tmp_path / f"out{penalty}.jsonl"
+        flags = ["--num-beams", "6", "--length-penalty", penalty]
+        result = runner.invoke(cli, ["batch", str(EXPORTED / "t5"), str(source), "--out", str(out), *flags])
+        assert result.exit_code == 0, result.output
+        outputs[penalty] = [json.loads(line)["output"] for line in out.read_text().splitlines()]
+        assert outputs[penalty] == t5.generate(items, num_beams=6, length_penalty=float(penalty))
+    assert outputs["-10"] != outputs["10"]
+    gpt_out = tmp_path / "gpt.jsonl"
+    flags = ["--temperature", "0", "--stop", " the", "--max-new-tokens", "12"]
+    result = runner.invoke(cli, ["batch", str(EXPORTED / "gpt"), str(source), "--out", str(gpt_out), *flags])
+    assert result.exit_code == 0, result.output
+    expected = load(EXPORTED / "gpt").generate(items, temperature=0, stop=[" the"], max_new_tokens=12)
+    assert [json.loads(line)["generation"] for line in gpt_out.read_text().splitlines()] == expected
+    result = runner.invoke(
+        cli, ["batch", str(EXPORTED / "gpt"), str(source), "--out", str(tmp_path / "x"), "--num-beams", "2"]
+    )
+    assert result.exit_code == 1 and "num_beams: not an option of generate (beam search" in result.stderr
 
 
 def test_a_missing_extra_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

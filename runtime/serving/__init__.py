@@ -5,7 +5,8 @@ Torch-free like the rest of the runtime, and built only on its public API (`onnx
 the three model classes). Ray, Starlette and uvicorn are optional: they are imported by the functions that
 need them, which say which extra to install when they are missing.
 
-    tasks.py     what each model class does to a column of texts (embed / generate / seq2seq)
+    tasks.py     what each model class does to a column of texts (embed / generate / seq2seq), with the
+                 GenerationOptions fields of its task
     batch.py     the map_batches callable, the plain loop, the Ray Data run
     jsonl.py     reading JSONL input with line numbers, writing output atomically
     app.py       the ASGI application (Starlette), its request checks and limits
@@ -13,6 +14,7 @@ need them, which say which extra to install when they are missing.
     triton.py    config.pbtxt model repositories for the encoder graphs
 """
 
-from onnxformer.runtime.serving.tasks import GenerationOptions, Task, task_for
+from onnxformer.runtime.generation_options import GenerationOptions
+from onnxformer.runtime.serving.tasks import Task, task_for
 
 __all__ = ["GenerationOptions", "Task", "task_for"]

@@ -10,10 +10,13 @@ machine (`serve_local`) or, unchanged, by Ray Serve replicas (`onnxformer.runtim
     POST /seq2seq              {"texts": [...], "num_beams": 3}     -> {"outputs": [...]}
 
 An export serves the one task of its class (`tasks.TASKS`); the other task endpoints answer 404 naming the
-right one. Every request is checked before the model runs: the body's size, JSON, known fields of the
-right types, the number of texts and max_new_tokens within `Limits`; a failure is a 4xx whose JSON names
-the field: {"error": {"field": "texts", "message": "..."}}. The model runs in a worker thread (the runtime
-is thread-safe and keeps no per-call state), so concurrent requests give what sequential ones give.
+right one. The fields besides "texts" (and "stream") are the `GenerationOptions` fields of the task, with
+their types and ranges. Every request is checked before the model runs: the body's size, JSON, known
+fields of the right types, the number of texts and max_new_tokens within `Limits`; a failure is a 4xx
+whose JSON names the field: {"error": {"field": "texts", "message": "..."}}. The runtime's own refusals
+(InputError) carry the field they are about, which the answer reports. The model runs in a worker thread
+(the runtime is thread-safe and keeps no per-call state), so concurrent requests give what sequential
+ones give.
 """
 
 import contextlib
@@ -21,7 +24,6 @@ import json
 import logging
 import math
 import os
-import re
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -29,7 +31,8 @@ from dataclasses import asdict, dataclass, is_dataclass
 from typing import Any
 
 from onnxformer.runtime.errors import ConfigError, InputError, OnnxformerError
-from onnxformer.runtime.serving.tasks import GenerationOptions, Model, Task, require, task_for
+from onnxformer.runtime.generation_options import DEFAULTS, KINDS, OPTIONS, GenerationOptions
+from onnxformer.runtime.serving.tasks import Model, Task, require, task_for
 
 log = logging.getLogger(__name__)
 
@@ -67,17 +70,14 @@ class RequestError(Exception):
         return {"error": {"field": self.field, "message": self.message}}
 
 
-# The JSON fields each task takes besides "texts": name -> (kind, lowest, highest or a Limits field).
-_OPTION_FIELDS: dict[str, tuple[str, float | None, float | str | None]] = {
-    "max_new_tokens": ("int", 1, "max_new_tokens"),
-    "temperature": ("number", 0.0, None),
-    "top_k": ("int", 0, None),
-    "top_p": ("number", 0.0, 1.0),
-    "seed": ("int", 0, 2**63 - 1),
-    "num_beams": ("int", 1, "max_beams"),
-    "stop": ("strings", None, None),
-    "truncate": ("bool", None, None),
-}
+def _server_bounds(limits: Limits) -> dict[str, tuple[float, float]]:
+    """Bounds the server sets on top of the options' own ranges: what one request may cost, and seeds
+    that fit an int64."""
+    return {
+        "max_new_tokens": (1, limits.max_new_tokens),
+        "num_beams": (1, limits.max_beams),
+        "seed": (0, 2**63 - 1),
+    }
 
 
 def parse_request(body: bytes, task: Task, limits: Limits) -> tuple[list[str], GenerationOptions, bool]:
@@ -93,45 +93,53 @@ def parse_request(body: bytes, task: Task, limits: Limits) -> tuple[list[str], G
     allowed = {"texts", *task.options, *(("stream",) if task.stream else ())}
     unknown = sorted(set(data) - allowed)
     if unknown:
-        raise RequestError(
-            422, unknown[0], f"unknown field {unknown[0]!r}; /{task.name} takes {sorted(allowed)}"
-        )
+        name = unknown[0]
+        why = f": not an option of {task.name} ({OPTIONS[name].why_not})" if name in OPTIONS else ""
+        raise RequestError(422, name, f"unknown field {name!r}{why}; /{task.name} takes {sorted(allowed)}")
     if "texts" not in data:
         raise RequestError(422, "texts", 'missing; send {"texts": ["..."]}')
     texts = _strings("texts", data["texts"], limits, at_least_one=True)
+    bounds = _server_bounds(limits)
     options = {}
-    for name in sorted(set(data) & set(_OPTION_FIELDS)):
-        kind, low, high = _OPTION_FIELDS[name]
-        high = getattr(limits, high) if isinstance(high, str) else high
-        value = data[name]
-        if value is None:
-            continue
-        if kind == "strings":
-            options[name] = tuple(_strings(name, value, limits, at_least_one=False))
-        elif kind == "bool":
-            if not isinstance(value, bool):
-                raise RequestError(422, name, f"must be true or false, got {value!r}")
-            options[name] = value
-        else:
-            options[name] = _number(name, value, kind, low, high)
+    for name in sorted(set(data) & set(task.options)):
+        if data[name] is not None:  # null: the default
+            options[name] = _option(name, data[name], limits, bounds)
     stream = data.get("stream", False)
     if not isinstance(stream, bool):
         raise RequestError(422, "stream", f"must be true or false, got {stream!r}")
     if stream and len(texts) != 1:
         raise RequestError(422, "texts", f"streaming takes exactly one text, got {len(texts)}")
-    return texts, GenerationOptions(**options), stream
+    try:
+        return texts, GenerationOptions(**options), stream
+    except InputError as error:  # a value outside its range (top_p 0), or options that do not go together
+        raise RequestError(422, error.field, str(error)) from None
 
 
-def _field_of(message: str) -> str:
-    """The request field a runtime InputError is about, from its message ("text 2 is 80 tokens ...",
-    "top_k must be ...", "beam search chooses tokens ..."); "texts" when it names none."""
-    numbered = re.match(r"(?:text|prompt|source) (\d+) ", message)
-    if numbered:
-        return f"texts[{numbered.group(1)}]"
-    first = re.match(r"\w+", message)
-    if first and first.group(0) in _OPTION_FIELDS:
-        return first.group(0)
-    return "num_beams" if message.startswith("beam search") else "texts"
+def _option(name: str, value: Any, limits: Limits, bounds: dict[str, tuple[float, float]]) -> Any:
+    """One option's JSON value as its GenerationOptions field takes it, or a RequestError."""
+    kind, _ = KINDS[name]
+    if kind == "strings":
+        return tuple(_strings(name, value, limits, at_least_one=False))
+    if kind == "ints":
+        items = _list(name, value, limits)
+        for index, item in enumerate(items):
+            if isinstance(item, bool) or not isinstance(item, int):
+                raise RequestError(422, f"{name}[{index}]", f"must be an integer, got {item!r}")
+        return tuple(items)
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise RequestError(422, name, f"must be true or false, got {value!r}")
+        return value
+    low, high = bounds.get(name, (OPTIONS[name].low, OPTIONS[name].high))
+    return _number(name, value, kind, low, high)
+
+
+def _list(name: str, value: Any, limits: Limits) -> list:
+    if not isinstance(value, list):
+        raise RequestError(422, name, f"must be a list, got {type(value).__name__}")
+    if len(value) > limits.max_texts:
+        raise RequestError(413, name, f"{len(value)} items; at most {limits.max_texts} per request")
+    return value
 
 
 def _strings(name: str, value: Any, limits: Limits, *, at_least_one: bool) -> list[str]:
@@ -139,8 +147,7 @@ def _strings(name: str, value: Any, limits: Limits, *, at_least_one: bool) -> li
         raise RequestError(422, name, f"must be a list of strings, got {type(value).__name__}")
     if at_least_one and not value:
         raise RequestError(422, name, "give at least one text")
-    if len(value) > limits.max_texts:
-        raise RequestError(413, name, f"{len(value)} items; at most {limits.max_texts} per request")
+    _list(name, value, limits)
     for index, item in enumerate(value):
         if not isinstance(item, str):
             raise RequestError(422, f"{name}[{index}]", f"must be a string, got {type(item).__name__}")
@@ -174,6 +181,8 @@ def model_info(model: Model, limits: Limits) -> dict[str, Any]:
         "output": task.output,
         "config": _plain(manifest.config),
         "generation": _plain(manifest.generation),
+        # The fields the endpoint takes besides "texts": null takes the export's default (`generation`).
+        "options": {name: {"help": OPTIONS[name].help, "default": DEFAULTS[name]} for name in task.options},
         "special_tokens": _plain(manifest.special_tokens),
         "format_version": manifest.format_version,
         "opset": manifest.opset,
@@ -243,7 +252,9 @@ def create_app(model: Model, *, limits: Limits | None = None):
         except RequestError as error:
             return refuse(error)
         except InputError as error:
-            return refuse(RequestError(422, _field_of(str(error)), str(error)))
+            # The runtime names the option or text at fault; an error naming neither is about the texts
+            # (the tokenizer's length guard, which sees one text at a time).
+            return refuse(RequestError(422, error.field or "texts", str(error)))
         except OnnxformerError as error:
             log.exception("inference failed")
             return JSONResponse({"error": {"field": None, "message": str(error)}}, status_code=500)

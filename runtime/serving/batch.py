@@ -104,7 +104,7 @@ class BatchPredictor:
             except InputError as alone:
                 where = batch[LINE][start + offset] if LINE in batch else f"row {start + offset}"
                 prefix = f"line {where}" if LINE in batch else where
-                return InputError(f"{prefix}: {alone}")
+                return InputError(f"{prefix}: {alone}", field=alone.field)
         return error
 
 
@@ -166,7 +166,7 @@ def run_batch(
             mode = f"ray ({actors} actor{'s' if actors > 1 else ''})"
     except InputError as error:
         if str(error).startswith("line "):  # a text the model refused: say which file too
-            raise InputError(f"{source} {error}") from None
+            raise InputError(f"{source} {error}", field=error.field) from None
         raise
     seconds = time.perf_counter() - started
     lines = (output_line(r, task.output, _jsonable(v)) for r, v in zip(records, values, strict=True))

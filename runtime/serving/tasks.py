@@ -2,42 +2,26 @@
 manifest's family: a BERT export embeds, a GPT export generates, a T5 export transforms text to text.
 
 The table is keyed by model class, so no call site names a family; batch inference, the HTTP server and
-the command line all go through it.
+the command line all go through it. The options each task takes are the `GenerationOptions` fields of its
+model class's task (`onnxformer.runtime.generation_options`), so no list of them is kept here.
 """
 
 import importlib.util
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from onnxformer.runtime.encoder import TextEncoder
 from onnxformer.runtime.errors import ConfigError, InputError
+from onnxformer.runtime.generation_options import GenerationOptions, names_for
 from onnxformer.runtime.generator import TextGenerator
 from onnxformer.runtime.seq2seq import TextToText
 
 Model = TextEncoder | TextGenerator | TextToText
 
-
-@dataclass(frozen=True)
-class GenerationOptions:
-    """Decoding options for generate and seq2seq, None taking the export's defaults (manifest
-    `generation`); and whether embed cuts a text longer than the export reads (else refuses it)."""
-
-    max_new_tokens: int | None = None
-    temperature: float | None = None
-    top_k: int | None = None
-    top_p: float | None = None
-    seed: int | None = None
-    num_beams: int = 1  # seq2seq only
-    stop: tuple[str, ...] | None = None  # generate only: end the text before the first of these
-    truncate: bool = True  # embed only: cut texts past the export's max length (TextEncoder.embed)
-
-    def given(self) -> list[str]:
-        """The names of the options set to something other than their default."""
-        defaults = GenerationOptions()
-        return [name for name, value in asdict(self).items() if value != getattr(defaults, name)]
+__all__ = ["TASKS", "GenerationOptions", "Model", "Task", "require", "task_for", "texts_of"]
 
 
 @dataclass(frozen=True)
@@ -46,18 +30,18 @@ class Task:
 
     name: str  # "embed", "generate", "seq2seq": also the HTTP endpoint
     output: str  # the output column / JSON field: "embedding", "generation", "output"
-    options: tuple[str, ...]  # the GenerationOptions fields it takes
+    model_task: str  # the manifest task of the model class, whose GenerationOptions fields it takes
     run: Callable[[Any, list[str], GenerationOptions], np.ndarray | list[str]]
     stream: Callable[[Any, str, GenerationOptions], Iterator[str]] | None = None  # pieces of one text
 
+    @property
+    def options(self) -> tuple[str, ...]:
+        """The GenerationOptions fields it takes."""
+        return names_for(self.model_task)
+
     def check(self, options: GenerationOptions) -> None:
-        """Refuse options this task does not take (before any model call)."""
-        extra = [name for name in options.given() if name not in self.options]
-        if extra:
-            takes = ", ".join(self.options) or "none"
-            raise InputError(
-                f"{', '.join(extra)}: not an option of {self.name} (an export for {self.name} takes: {takes})"
-            )
+        """Refuse options this task does not take, saying why (before any model call)."""
+        options.check(self.model_task, what=self.name)
 
     def __call__(self, model: Model, texts: list[str], options: GenerationOptions) -> np.ndarray | list[str]:
         return self.run(model, texts, options)
@@ -68,43 +52,18 @@ def _embed(model: TextEncoder, texts: list[str], options: GenerationOptions) -> 
     return model.embed(texts, batch_size=len(texts), truncate=options.truncate)
 
 
-def _continuation(options: GenerationOptions) -> dict:
-    """The keyword arguments of TextGenerator.generate and .stream."""
-    return {
-        "max_new_tokens": options.max_new_tokens,
-        "temperature": options.temperature,
-        "top_k": options.top_k,
-        "top_p": options.top_p,
-        "seed": options.seed,
-        "stop": list(options.stop) if options.stop else None,
-    }
-
-
-def _generate(model: TextGenerator, texts: list[str], options: GenerationOptions) -> list[str]:
-    return model.generate(texts, **_continuation(options))
+def _generate(model: TextGenerator | TextToText, texts: list[str], options: GenerationOptions) -> list[str]:
+    return model.generate(texts, options)
 
 
 def _stream(model: TextGenerator, text: str, options: GenerationOptions) -> Iterator[str]:
-    return model.stream(text, **_continuation(options))
+    return model.stream(text, options)
 
 
-def _seq2seq(model: TextToText, texts: list[str], options: GenerationOptions) -> list[str]:
-    return model.generate(
-        texts,
-        max_new_tokens=options.max_new_tokens,
-        num_beams=options.num_beams,
-        temperature=options.temperature,
-        top_k=options.top_k,
-        top_p=options.top_p,
-        seed=options.seed,
-    )
-
-
-_SAMPLING = ("max_new_tokens", "temperature", "top_k", "top_p", "seed")
 TASKS: dict[type, Task] = {
-    TextEncoder: Task("embed", "embedding", ("truncate",), _embed),
-    TextGenerator: Task("generate", "generation", (*_SAMPLING, "stop"), _generate, _stream),
-    TextToText: Task("seq2seq", "output", (*_SAMPLING, "num_beams"), _seq2seq),
+    TextEncoder: Task("embed", "embedding", TextEncoder.task, _embed),
+    TextGenerator: Task("generate", "generation", TextGenerator.task, _generate, _stream),
+    TextToText: Task("seq2seq", "output", TextToText.task, _generate),
 }
 
 
@@ -121,7 +80,9 @@ def texts_of(values: Sequence[Any], *, what: str = "text") -> list[str]:
     texts = []
     for index, value in enumerate(values):
         if not isinstance(value, str):
-            raise InputError(f"{what} {index} must be a str, got {type(value).__name__}")
+            raise InputError(
+                f"{what} {index} must be a str, got {type(value).__name__}", field=f"texts[{index}]"
+            )
         texts.append(value)
     return texts
 

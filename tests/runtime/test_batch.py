@@ -148,6 +148,19 @@ def test_a_long_text_is_embedded_cut_and_a_bom_is_not_text(tmp_path: Path) -> No
     )
 
 
+def test_length_penalty_reaches_beam_search(tmp_path: Path) -> None:
+    """Every option of the export's task reaches the model; length_penalty changes which beam wins here."""
+    source = write_input(tmp_path / "in.jsonl", ["While.", "The cat."])
+    t5 = load(EXPORTED / "t5")
+    outputs = []
+    for penalty in (-10.0, 10.0):
+        options = GenerationOptions(num_beams=6, length_penalty=penalty)
+        run_batch(EXPORTED / "t5", source, tmp_path / f"{penalty}.jsonl", options=options)
+        outputs.append([row["output"] for row in read_output(tmp_path / f"{penalty}.jsonl")])
+        assert outputs[-1] == t5.generate(["While.", "The cat."], options)
+    assert outputs[0] != outputs[1]
+
+
 def test_options_that_do_not_apply_are_refused_before_any_work(tmp_path: Path) -> None:
     source = write_input(tmp_path / "in.jsonl", texts(3))
     with pytest.raises(InputError, match="max_new_tokens: not an option of embed"):
@@ -156,8 +169,12 @@ def test_options_that_do_not_apply_are_refused_before_any_work(tmp_path: Path) -
         )
     with pytest.raises(InputError, match="truncate: not an option of generate"):
         run_batch(EXPORTED / "gpt", source, tmp_path / "o.jsonl", options=GenerationOptions(truncate=False))
-    with pytest.raises(InputError, match="num_beams: not an option of generate"):
+    with pytest.raises(
+        InputError, match=r"num_beams: not an option of generate \(beam search runs on seq2seq"
+    ):
         run_batch(EXPORTED / "gpt", source, tmp_path / "o.jsonl", options=GenerationOptions(num_beams=2))
+    with pytest.raises(InputError, match=r"stop: not an option of seq2seq \(stop strings cut"):
+        run_batch(EXPORTED / "t5", source, tmp_path / "o.jsonl", options=GenerationOptions(stop=["."]))
     with pytest.raises(InputError, match="holds no records"):
         run_batch(EXPORTED / "bert", write_input(tmp_path / "empty.jsonl", []), tmp_path / "o.jsonl")
     assert not (tmp_path / "o.jsonl").exists()

@@ -8,6 +8,7 @@
  */
 
 import { InputError } from "./errors.js";
+import { optionByNode } from "./options.js";
 
 /**
  * @param {(ids: number[], cache: object, total: number) => Promise<{logits: Float32Array, cache: object}>} step
@@ -88,17 +89,27 @@ export function checkIds(ids, { vocabSize, limit, what }) {
 }
 
 /**
- * Option names a method takes: a misspelt or snake_case name is refused rather than silently ignored.
+ * Option names a method takes: a misspelt or snake_case name is refused rather than silently ignored, and
+ * an option of another task (options.js) with the reason that task's export does not take it.
  * @param {object} options what the caller passed @param {string[]} names what the method takes
+ * @param {{what: string, task: string, why?: object}} where the method's name, the manifest task of its
+ *   class, and why it refuses options its task has (Node name -> reason)
  */
-export function checkOptionNames(options, names, { what }) {
+export function checkOptionNames(options, names, { what, task, why = {} }) {
   if (options === null || typeof options !== "object" || Array.isArray(options)) {
     throw new InputError(`${what} options must be an object such as { maxNewTokens: 20 }`);
   }
   for (const key of Object.keys(options)) {
     if (names.includes(key)) continue;
     const camel = key.replace(/_([a-z])/g, (_, letter) => letter.toUpperCase());
-    const hint = names.includes(camel) ? ` (the Node name of ${key} is ${camel})` : "";
+    const known = optionByNode(camel);
+    const hints = [];
+    if (camel !== key && (names.includes(camel) || known !== undefined)) {
+      hints.push(`the Node name of ${key} is ${camel}`);
+    }
+    if (known !== undefined && !known.tasks.includes(task)) hints.push(known.whyNot);
+    else if (why[camel] !== undefined) hints.push(why[camel]);
+    const hint = hints.length > 0 ? ` (${hints.join("; ")})` : "";
     throw new InputError(`${what} has no option ${JSON.stringify(key)}${hint}; it takes ${names.join(", ")}`);
   }
 }

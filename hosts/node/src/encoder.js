@@ -14,6 +14,7 @@ import { checkIds, checkOptionNames } from "./decoding.js";
 import { InputError, ManifestError } from "./errors.js";
 import { pick } from "./manifest.js";
 import { ExportModel } from "./model.js";
+import { OPTIONS, optionNames } from "./options.js";
 
 /**
  * Python's TextEncoder (onnxformer.runtime.encoder): embed, similarity. The name hides the platform's
@@ -35,8 +36,11 @@ export class TextEncoder extends ExportModel {
    * A text longer than `maxLength` ids is cut to its first tokens (`truncate: false`: refused).
    */
   async embed(text, options = {}) {
-    checkOptionNames(options, ["normalize", "truncate"], { what: "embed" });
-    const { normalize = false, truncate = true } = options;
+    checkOptionNames(options, ["normalize", ...optionNames("encode")], {
+      what: "embed",
+      task: TextEncoder.task,
+    });
+    const { normalize = false, truncate = OPTIONS.truncate.default } = options;
     for (const [name, value] of [["normalize", normalize], ["truncate", truncate]]) {
       if (typeof value !== "boolean") {
         throw new InputError(`${name} must be true or false, got ${JSON.stringify(value)}`);
@@ -49,7 +53,7 @@ export class TextEncoder extends ExportModel {
 
   /** Cosine similarity of the two texts' embeddings, in [-1, 1]; `truncate` as for `embed`. */
   async similarity(a, b, options = {}) {
-    checkOptionNames(options, ["truncate"], { what: "similarity" });
+    checkOptionNames(options, optionNames("encode"), { what: "similarity", task: TextEncoder.task });
     const [first, second] = await this.embed([a, b], options);
     let dot = 0;
     for (let i = 0; i < first.length; i++) dot += first[i] * second[i];

@@ -23,10 +23,14 @@ import { InputError } from "./errors.js";
 import { CacheLayout } from "./kvcache.js";
 import { generationDefaults, pick } from "./manifest.js";
 import { ExportModel } from "./model.js";
+import { optionNames } from "./options.js";
 import { Sampler, samplingConfig } from "./sampling.js";
 
-const ID_OPTIONS = ["maxNewTokens", "temperature", "topK", "topP", "seed", "stopTokens"];
-const TEXT_OPTIONS = [...ID_OPTIONS, "stop"];
+const TEXT_OPTIONS = optionNames("generate");
+const ID_OPTIONS = TEXT_OPTIONS.filter((name) => name !== "stop");
+const ID_ONLY = {
+  stop: "stop strings cut text, and this call returns token ids; give stopTokens, or call generate",
+};
 const REPLACEMENT = "\ufffd"; // what decoding shows for bytes that are not (yet) a whole UTF-8 character
 
 export class TextGenerator extends ExportModel {
@@ -123,7 +127,7 @@ export class TextGenerator extends ExportModel {
 
   /** Checked options, unset ones taking the export's defaults, and the framed rows. */
   #request(rows, options, names) {
-    checkOptionNames(options, names, { what: "generate" });
+    checkOptionNames(options, names, { what: "generate", task: TextGenerator.task, why: ID_ONLY });
     const checked = {
       maxNewTokens: options.maxNewTokens ?? this.generation.max_new_tokens,
       stopTokens: options.stopTokens ?? this.generation.stop_tokens,

@@ -19,6 +19,7 @@ export { TextGenerator } from "./generator.js";
 export { compare, verifyExport, verifyFolder } from "./goldens.js";
 export { TASKS } from "./manifest.js";
 export { CLASSES, openExport as load, openExport, openFolder } from "./open.js";
+export { OPTIONS, optionNames } from "./options.js";
 export { defaultRng, Generator, PCG64, SeedSequence } from "./rng.js";
 export { Sampler, samplingConfig } from "./sampling.js";
 export { TextToText } from "./seq2seq.js";

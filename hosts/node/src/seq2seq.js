@@ -16,19 +16,12 @@ import { InputError, ManifestError } from "./errors.js";
 import { CacheLayout } from "./kvcache.js";
 import { generationDefaults, pick } from "./manifest.js";
 import { ExportModel } from "./model.js";
+import { OPTIONS, optionNames } from "./options.js";
 import { Sampler, samplingConfig } from "./sampling.js";
 
-const OPTIONS = [
-  "maxNewTokens",
-  "numBeams",
-  "lengthPenalty",
-  "temperature",
-  "topK",
-  "topP",
-  "seed",
-  "stopTokens",
-];
-const SAMPLING = ["temperature", "topK", "topP", "seed"];
+const NAMES = optionNames("seq2seq");
+const SAMPLING = ["temperature", "topK", "topP", "seed"]; // what beam search, deterministic, refuses
+const BEAM_NAMES = NAMES.filter((name) => !SAMPLING.includes(name));
 
 export class TextToText extends ExportModel {
   static task = "seq2seq";
@@ -78,8 +71,8 @@ export class TextToText extends ExportModel {
    * @returns {Promise<{tokens: number[], finishReason: "stop"|"length"}>} new tokens, no stop token
    */
   async generateIds(sourceIds, options = {}) {
-    checkOptionNames(options, OPTIONS, { what: "generate" });
-    const { numBeams = 1, lengthPenalty = 1.0 } = options;
+    checkOptionNames(options, NAMES, { what: "generate", task: TextToText.task });
+    const { numBeams = OPTIONS.num_beams.default, lengthPenalty = OPTIONS.length_penalty.default } = options;
     if (!Number.isInteger(numBeams) || numBeams < 1) {
       throw new InputError(
         `numBeams must be an integer >= 1 (1 = no beam search), got ${JSON.stringify(numBeams)}`,
@@ -127,10 +120,8 @@ export class TextToText extends ExportModel {
    * @returns {Promise<{tokens: number[], finishReason: "stop"|"length", score: number}>}
    */
   async beamSearchIds(sourceIds, options = {}) {
-    checkOptionNames(options, ["numBeams", "lengthPenalty", "maxNewTokens", "stopTokens"], {
-      what: "beamSearchIds",
-    });
-    const { numBeams, lengthPenalty = 1.0 } = options;
+    checkOptionNames(options, BEAM_NAMES, { what: "beamSearchIds", task: TextToText.task });
+    const { numBeams, lengthPenalty = OPTIONS.length_penalty.default } = options;
     if (!Number.isInteger(numBeams) || numBeams < 1) {
       throw new InputError(`numBeams must be an integer >= 1, got ${JSON.stringify(numBeams)}`);
     }
