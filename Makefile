@@ -41,6 +41,7 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python scripts/typecheck.py
 
 # mypy over onnxformer.builder, .runtime (strict) and .cli: pyproject.toml's [tool.mypy], scripts/typecheck.py.
 typecheck: $(STAMP)

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import numpy as np
 import typer
+from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -15,6 +16,7 @@ from onnxformer.cli.outputs import check_png_out, parse_path
 from onnxformer.cli.printing import console, echo_json
 from onnxformer.runtime.attention import AttentionMap, attention_map, check_plotting, save_heatmaps
 from onnxformer.runtime.errors import InputError, OnnxformerError
+from onnxformer.runtime.session import device_of
 
 DEFAULT_TOKEN = "sat"  # the seed sentence's verb: "The cat sat on the mat."
 TABLE_ROWS = 16
@@ -60,7 +62,7 @@ def attention_command(
         if out is not None:
             check_png_out(out, overwrite=overwrite)
             _require_plotting(ctx)  # asked for a PNG: say what is missing before any work
-        attention = attention_map(folder, text, kind="cross" if cross else "self", device=device)
+        attention = attention_map(folder, text, kind="cross" if cross else "self", device=device_of(device))
         index = attention.query_index(_token(attention, token))
         row = attention.row(index, layer=levels[0], head=levels[1])  # (K,)
         png = None if out is None else save_heatmaps(attention, out)
@@ -144,7 +146,13 @@ def _show(
     label = "source: " if attention.kind == "cross" else ""
     console.print(_sentence(label, attention.key_pieces, attention.key_ids, specials, styles))
     table = Table(box=None, pad_edge=False)
-    for column, justify in (("#", "right"), ("token", "left"), ("weight", "right"), ("", "left")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("#", "right"),
+        ("token", "left"),
+        ("weight", "right"),
+        ("", "left"),
+    )
+    for column, justify in columns:
         table.add_column(column, justify=justify)
     order = np.argsort(-row, kind="stable")  # (K,) heaviest first
     for key in order[:TABLE_ROWS].tolist():

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer.core import TyperOption
 
 from onnxformer.cli.errors import user_errors
 from onnxformer.runtime.errors import ConfigError
@@ -115,7 +116,7 @@ def benchmark_arguments(ctx: typer.Context, *, checkout: Path) -> list[str]:
         if not _given(ctx, param.name):
             continue
         value = ctx.params[param.name]
-        if param.is_flag:
+        if isinstance(param, TyperOption) and param.is_flag:
             arguments.append(param.opts[0] if value else param.secondary_opts[0])
             continue
         for item in value if param.multiple else [value]:

@@ -78,14 +78,17 @@ def export_blocks_command(
     table = Table(title=f"{len(graphs)} blocks exported to {out} (opset {opset})")
     for column in ("file", "cases", "error to float64 (output: ONNX Runtime / PyTorch fp32)", "size"):
         table.add_column(column, justify="right" if column in ("cases", "size") else "left", overflow="fold")
+    parities = []
     for entry in graphs:
         parity = entry.parity
+        assert parity is not None  # export_blocks proves every block it writes
+        parities.append(parity)
         diffs = ", ".join(
             f"{name}: {value:.1e} / {parity.torch_error[name]:.1e}" for name, value in parity.error.items()
         )
-        table.add_row(entry.path, str(entry.parity.cases), diffs, f"{entry.size / 1024:.0f} KiB")
+        table.add_row(entry.path, str(parity.cases), diffs, f"{entry.size / 1024:.0f} KiB")
     goldens = len(manifest.files) - len(graphs)
     table.add_row(f"goldens/ ({goldens} files)", "-", "-", "-")
     console.print(table)
-    worst = max(max(e.parity.used.values()) for e in graphs)
+    worst = max(max(parity.used.values()) for parity in parities)
     console.print(f"closest to its limit: {worst:.0%} of the allowance (--factor {factor:g})")

@@ -21,14 +21,21 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 def command_names() -> list[str]:
     """The registered commands, in the order `onnxformer --help` lists them."""
-    import click
+    import typer
     import typer.main
+    from typer.core import TyperGroup
 
     from onnxformer.cli.main import app
 
     group = typer.main.get_command(app)
-    context = click.Context(group, info_name=PROG)
-    return [name for name in group.list_commands(context) if not group.get_command(context, name).hidden]
+    assert isinstance(group, TyperGroup)  # an app of several commands
+    context = typer.Context(group, info_name=PROG)
+    names = []
+    for name in group.list_commands(context):
+        command = group.get_command(context, name)
+        if command is not None and not command.hidden:
+            names.append(name)
+    return names
 
 
 def help_text(args: list[str]) -> str:

@@ -115,7 +115,7 @@ def export_command(
                 from onnxformer.builder.optimize import optimize_export
 
                 progress.update(task, description="optimizing (onnxformer optimize)")
-                quantize = "int8" if int8 else None
+                quantize: Literal["int8"] | None = "int8" if int8 else None
                 manifest = optimize_export(staging, staging, quantize=quantize, kv_cache=cache_update)
             if layout != "onnxformer":
                 progress.update(task, description=f"writing the {layout} layout")

@@ -77,7 +77,8 @@ def generation_options(*tasks: str) -> Callable[[Callable[..., None]], Callable[
                     options.check(tasks[0])
             command(*args, options=options, **kwargs)
 
-        run.__signature__ = signature.replace(parameters=parameters)  # what typer reads
+        # what typer reads; functools.wraps' return type does not declare __signature__
+        run.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
         return run
 
     return decorate
@@ -130,8 +131,9 @@ def load_model(folder: Path, task: str, device: str, threads: int | None = None)
     commands are named after the manifest's tasks (generate, encode, seq2seq)."""
     from onnxformer.runtime.errors import ManifestError
     from onnxformer.runtime.loader import load
+    from onnxformer.runtime.session import device_of
 
-    model = load(folder, device=device, threads=threads)
+    model = load(folder, device=device_of(device), threads=threads)
     if model.task != task:
         raise ManifestError(
             f"{folder} is a {model.family} export (task {model.task}); this command needs {_a(task)} export "

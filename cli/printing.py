@@ -28,7 +28,7 @@ class ResultConsole(Console):
 
     @size.setter
     def size(self, new_size: tuple[int, int]) -> None:
-        Console.size.fset(self, new_size)
+        self.width, self.height = new_size  # what Console's own size setter does
 
 
 console = ResultConsole(highlight=False)

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from typer.core import TyperOption
 
 from onnxformer.cli.errors import stderr, user_errors
 from onnxformer.cli.outputs import CHECKPOINT, check_checkpoint_out, parse_path
@@ -41,7 +42,7 @@ class TrainingDisplay:
         )
 
     def __call__(self, step: int, total: int, loss: float, speed: float) -> None:
-        if self.progress is not None:
+        if self.progress is not None and self.task is not None:  # a bar has its task
             self.progress.update(self.task, completed=step, total=total, loss=loss, speed=speed)
 
     def say(self, message: str) -> None:
@@ -82,8 +83,8 @@ def _forwarded_args(ctx: typer.Context) -> list[str]:
             continue
         if param.param_type_name == "argument":
             args.append(str(value))
-        elif param.is_flag:
-            flag = param.opts[0] if value else (param.secondary_opts or [None])[0]
+        elif isinstance(param, TyperOption) and param.is_flag:
+            flag = param.opts[0] if value else next(iter(param.secondary_opts), None)
             args += [flag] if flag else []
         else:
             args += [param.opts[0], str(value)]

@@ -1,7 +1,7 @@
 """`onnxformer verify DIR`: re-check an export folder (runs without torch unless --checkpoint is given)."""
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -90,7 +90,7 @@ def _files_table(title: str, rows: list[dict], goldens_listed: set[str]) -> Tabl
     golden_rows = [row for row in rows if row["path"] in goldens_listed]
     if golden_rows:
         bad = [row for row in golden_rows if not row["ok"]]
-        folded = {
+        folded: dict[str, Any] = {
             "path": f"goldens/ ({len(golden_rows)} files)",
             "ok": not bad,
             "problem": bad[0]["problem"] if bad else None,
@@ -126,14 +126,14 @@ def _goldens_table(folder: Path, export: ExportFolder, goldens: list[GoldenResul
     for golden in goldens:
         by_file.setdefault(golden.file, []).append(golden)
     for file, cases in by_file.items():
-        measured = [case for case in cases if case.max_abs_diff is not None]
-        worst = max(measured, key=lambda case: case.max_abs_diff, default=None)
+        measured = [(case.max_abs_diff, case) for case in cases if case.max_abs_diff is not None]
+        worst = max(measured, key=lambda pair: pair[0], default=None)  # (the largest difference, its case)
         problems = [f"{case.label}: {case.problem}" for case in cases if not case.ok]
         table.add_row(
             file,
             f"{sum(case.ok for case in cases)}/{len(cases)}",
-            "-" if worst is None else f"{worst.max_abs_diff:.1e}",
-            "-" if worst is None else f"{worst.allowed:.1e}",
+            "-" if worst is None else f"{worst[0]:.1e}",
+            "-" if worst is None else f"{worst[1].allowed:.1e}",
             "[red]" + "; ".join(problems[:3]) + "[/]" if problems else "[green]ok[/]",
         )
     return table

@@ -70,11 +70,11 @@ class AttentionMap:
 
     @property
     def layers(self) -> int:
-        return self.weights.shape[0]
+        return int(self.weights.shape[0])
 
     @property
     def heads(self) -> int:
-        return self.weights.shape[1]
+        return int(self.weights.shape[1])
 
     def query_index(self, token: str | int) -> int:
         """The query position of `token`: an index (negative counts from the end) or a token's text,
@@ -117,7 +117,8 @@ class AttentionMap:
         """The weights (K,) the query `token` gives every key; `layer` / `head` None averages that axis."""
         index = self.query_index(token)
         chosen = self.weights[_axis(layer, self.layers, "layer"), :, index]  # (L or 1, H, K)
-        return chosen[:, _axis(head, self.heads, "head")].mean(axis=(0, 1))  # (K,)
+        averaged: np.ndarray = chosen[:, _axis(head, self.heads, "head")].mean(axis=(0, 1))  # (K,)
+        return averaged
 
     def _choices(self) -> str:
         return ", ".join(f"{i} {shown!r}" for i, shown in enumerate(self.query_tokens))
@@ -171,7 +172,7 @@ class AttentionReader:
         self._outputs = [value.name for value in self._session.session.get_outputs()]
 
     @classmethod
-    def load(cls, folder: str | os.PathLike, *, device: Device = "auto") -> "AttentionReader":
+    def load(cls, folder: str | os.PathLike[str], *, device: Device = "auto") -> "AttentionReader":
         return cls(open_export(folder, device=device), device=device)
 
     @property
@@ -291,7 +292,7 @@ def layer_names(pattern: str, names: list[str]) -> list[str]:
 
 
 def attention_map(
-    source: str | os.PathLike | ModelExport | ExportModel,
+    source: str | os.PathLike[str] | ModelExport | ExportModel,
     text: str,
     *,
     kind: Kind = "self",
@@ -311,7 +312,7 @@ def check_plotting() -> None:
         raise OnnxformerError(f"PNG heatmaps need matplotlib; install it with {PLOT_HINT}") from None
 
 
-def save_heatmaps(attention: AttentionMap, path: str | os.PathLike, *, title: str | None = None) -> Path:
+def save_heatmaps(attention: AttentionMap, path: str | os.PathLike[str], *, title: str | None = None) -> Path:
     """A PNG grid of heatmaps, one per (layer, head): rows layers, columns heads, queries down, keys
     across. Written to a temporary file beside `path`, then renamed over it. The PNG's Software text is
     HEATMAP_SOFTWARE: the mark by which the CLI tells its own pictures from the user's."""

@@ -11,18 +11,20 @@ Shape legend: B batch, K beams, T new tokens this step, P past length, V vocabul
 
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from onnxformer.runtime.errors import InputError
 from onnxformer.runtime.manifest import KVCache
 from onnxformer.runtime.sampling import Sampler, SamplingConfig
-from onnxformer.runtime.session import BoundCache
+from onnxformer.runtime.session import BoundCache, Session
 
 Feeds = dict[str, np.ndarray]
-# (ids (B, T), mask (B, P + T), cache feeds) -> (logits at the last position (B, V), cache for the next step)
-StepFn = Callable[[np.ndarray, np.ndarray, Feeds], tuple[np.ndarray, Feeds]]
+CacheT = TypeVar("CacheT")  # what a step takes and returns as the cache: `Feeds`, or a `BoundCache`
+# (ids (B, T), mask (B, P + T), cache) -> (logits at the last position (B, V), cache for the next step)
+StepFn = Callable[[np.ndarray, np.ndarray, CacheT], tuple[np.ndarray, CacheT]]
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ class CacheLayout:
         """Past and present are one buffer written in place (manifest layout `max_sequence`)."""
         return self.spec.in_place
 
-    def bind(self, session, batch: int, length: int, outputs: list[str]) -> BoundCache:
+    def bind(self, session: Session, batch: int, length: int, outputs: list[str]) -> BoundCache:
         """An in-place cache for `length` positions on `session` (a `BoundCache`, whose `run` also
         returns `outputs`)."""
         shape = (batch, self.spec.kv_heads, length, self.spec.head_dim)
@@ -230,10 +232,10 @@ class Collector:
 
 
 def decode_steps(
-    step: StepFn,
+    step: StepFn[CacheT],
     ids: np.ndarray,  # (B, T) the first step's tokens (left-padded prompts, or the start token)
     mask: np.ndarray,  # (B, T)
-    cache: Feeds,  # the empty cache, past length 0
+    cache: CacheT,  # the empty cache, past length 0
     *,
     collector: Collector,
     sampling: SamplingConfig,
@@ -262,10 +264,11 @@ def sequence_score(log_prob: float, length: int, length_penalty: float) -> float
     return log_prob / (length**length_penalty) if length > 0 else 0.0
 
 
-def log_softmax(logits: np.ndarray) -> np.ndarray:
+def log_softmax(logits: np.ndarray) -> npt.NDArray[np.float64]:
     """(..., V) -> (..., V) float64 log-probabilities."""
     shifted = logits.astype(np.float64) - logits.max(axis=-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    log_probs: npt.NDArray[np.float64] = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    return log_probs
 
 
 @dataclass
@@ -289,7 +292,7 @@ class _Hypotheses:
 
 
 def beam_search(
-    step: StepFn,
+    step: StepFn[Feeds],
     cache: Feeds,  # the empty cache for B * K rows; every array's first axis is the row
     *,
     batch: int,

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
+import numpy.typing as npt
 
 from onnxformer.runtime.decoding import right_pad
 from onnxformer.runtime.errors import InputError, ManifestError
@@ -72,7 +73,7 @@ class TextEncoder(ExportModel):
         if not isinstance(normalize, bool):
             raise InputError(f"normalize must be True or False, got {normalize!r}", field="normalize")
         single = isinstance(texts, str)
-        rows = self._frame([texts] if single else texts, truncate=truncate)
+        rows = self._frame([texts] if isinstance(texts, str) else texts, truncate=truncate)
         vectors = self._run(rows, "sentence_embedding", batch_size)  # (N, D)
         if normalize:
             norms = np.linalg.norm(vectors, axis=-1, keepdims=True)  # (N, 1)
@@ -91,7 +92,7 @@ class TextEncoder(ExportModel):
         """The class of each text (a list in, a list out); `truncate` as for `embed`. An export without a
         classifier (`has_classifier` False) refuses with a ManifestError."""
         single = isinstance(texts, str)
-        rows = self._frame([texts] if single else texts, truncate=truncate)
+        rows = self._frame([texts] if isinstance(texts, str) else texts, truncate=truncate)
         probabilities = _softmax(self._run(rows, "class_logits", batch_size))  # (N, num_labels)
         results = [Classification(int(np.argmax(p)), p) for p in probabilities]
         return results[0] if single else results
@@ -206,8 +207,9 @@ class TextEncoder(ExportModel):
         self.embed("a")
 
 
-def _softmax(logits: np.ndarray) -> np.ndarray:
+def _softmax(logits: np.ndarray) -> npt.NDArray[np.float64]:
     """Softmax over the last axis, in float64."""
     shifted = logits.astype(np.float64) - logits.max(axis=-1, keepdims=True)
     exp = np.exp(shifted)
-    return exp / exp.sum(axis=-1, keepdims=True)
+    probabilities: npt.NDArray[np.float64] = exp / exp.sum(axis=-1, keepdims=True)
+    return probabilities

@@ -37,6 +37,7 @@ import posixpath
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, overload
 
 import numpy as np
 
@@ -59,7 +60,7 @@ _DIR_FLAGS = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_DIRECTORY", 0) | getattr(o
 _WALK_BY_FD = os.open in os.supports_dir_fd and os.stat in os.supports_dir_fd
 
 
-def sha256_bytes(data: bytes) -> str:
+def sha256_bytes(data: bytes | bytearray) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
@@ -80,7 +81,7 @@ class ExportFolder:
     manifest_sha256: str = ""  # of the manifest.json bytes that were parsed
 
     @classmethod
-    def open(cls, folder: str | os.PathLike) -> "ExportFolder":
+    def open(cls, folder: str | os.PathLike[str]) -> "ExportFolder":
         root = Path(folder)
         if not root.exists():
             raise ManifestError(f"{root} does not exist; pass the folder an `onnxformer export` wrote")
@@ -151,6 +152,10 @@ class ExportFolder:
             initializers[tensor.name] = array.reshape(tensor.dims)
         return GraphBytes(data, initializers)
 
+    @overload
+    def _read_checked(self, relative: str, *, buffer: Literal[False] = False) -> tuple[FileEntry, bytes]: ...
+    @overload
+    def _read_checked(self, relative: str, *, buffer: bool) -> tuple[FileEntry, bytes | bytearray]: ...
     def _read_checked(self, relative: str, *, buffer: bool = False) -> tuple[FileEntry, bytes | bytearray]:
         entry = self.manifest.file(relative)
         data = read_inside(self.root, entry.path, size=entry.size, buffer=buffer)
@@ -226,6 +231,14 @@ def plain_parts(relative: object) -> tuple[str, ...]:
     return parts
 
 
+@overload
+def read_inside(
+    root: Path, relative: str, *, size: int | None, limit: int | None = None, buffer: Literal[False] = False
+) -> bytes: ...
+@overload
+def read_inside(
+    root: Path, relative: str, *, size: int | None, limit: int | None = None, buffer: bool
+) -> bytes | bytearray: ...
 def read_inside(
     root: Path, relative: str, *, size: int | None, limit: int | None = None, buffer: bool = False
 ) -> bytes | bytearray:
@@ -258,7 +271,7 @@ def read_inside(
             os.close(fd)
 
 
-def read_regular_file(path: str | os.PathLike, *, limit: int) -> bytes:
+def read_regular_file(path: str | os.PathLike[str], *, limit: int) -> bytes:
     """The bytes of a file the user named directly (a symbolic link they name is followed: they chose
     it), refused unless it is a regular file of at most `limit` bytes; a FIFO or device is never opened."""
     shown = Path(path)
@@ -351,6 +364,14 @@ def _check_stat(info: os.stat_result, shown: Path, *, size: int | None, limit: i
         )
 
 
+@overload
+def _read_fd(
+    fd: int, shown: Path, *, size: int | None, limit: int | None, buffer: Literal[False] = False
+) -> bytes: ...
+@overload
+def _read_fd(
+    fd: int, shown: Path, *, size: int | None, limit: int | None, buffer: bool
+) -> bytes | bytearray: ...
 def _read_fd(
     fd: int, shown: Path, *, size: int | None, limit: int | None, buffer: bool = False
 ) -> bytes | bytearray:
@@ -385,7 +406,7 @@ def _read_fd(
     return b"".join(chunks)
 
 
-def _check(entry: FileEntry, data: bytes) -> None:
+def _check(entry: FileEntry, data: bytes | bytearray) -> None:
     if len(data) != entry.size:
         raise ManifestError(
             f"{entry.path} has {len(data)} bytes but {MANIFEST_NAME} says {entry.size}: the file was "
@@ -428,19 +449,21 @@ def external_tensors(data: bytes, *, name: str) -> list[ExternalTensor]:
                 continue
             if wire != 2:
                 raise ValueError(f"field {number} has wire type {wire}, not a message")
+            message = protobuf.as_bytes(number, value)
             if number != 7:  # training info, functions: no external data there
-                if _uses_external_data(value, _HOLDS[_MODEL][number], 1):
+                if _uses_external_data(message, _HOLDS[_MODEL][number], 1):
                     raise _NotAllowed("a function or training graph")
                 continue
-            for inner, inner_wire, item in protobuf.fields(value):  # the main graph
+            for inner, inner_wire, item in protobuf.fields(message):  # the main graph
                 if inner not in _HOLDS[_GRAPH]:
                     continue
                 if inner_wire != 2:
                     raise ValueError(f"field {inner} has wire type {inner_wire}, not a message")
+                inner_message = protobuf.as_bytes(inner, item)
                 if inner == 5:
-                    if is_external(item):
-                        found.append(read_external_tensor(item))
-                elif _uses_external_data(item, _HOLDS[_GRAPH][inner], 2):
+                    if is_external(inner_message):
+                        found.append(read_external_tensor(inner_message))
+                elif _uses_external_data(inner_message, _HOLDS[_GRAPH][inner], 2):
                     raise _NotAllowed("a node's attribute, a subgraph or a sparse initializer")
     except _NotAllowed as error:
         raise ManifestError(
@@ -489,6 +512,6 @@ def _uses_external_data(buffer: memoryview, kind: int, depth: int) -> bool:
         if number in holds:
             if wire != 2:
                 raise ValueError(f"field {number} has wire type {wire}, not a message")
-            if _uses_external_data(value, holds[number], depth + 1):
+            if _uses_external_data(protobuf.as_bytes(number, value), holds[number], depth + 1):
                 return True
     return False

@@ -20,7 +20,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import Field, dataclass, field, fields, replace
 from typing import Any, get_args, get_origin
 
-from onnxformer.runtime.errors import InputError, ManifestError
+from onnxformer.runtime.errors import ConfigError, InputError, ManifestError
 from onnxformer.runtime.manifest import GenerationDefaults
 from onnxformer.runtime.sampling import MAX_TEMPERATURE, SamplingConfig
 
@@ -198,15 +198,19 @@ class GenerationOptions:
 
     def sampling(self) -> SamplingConfig:
         """How to choose each token (after `resolve`, which sets temperature, top_k and top_p)."""
-        return SamplingConfig(
-            temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, seed=self.seed
-        )
+        temperature, top_k, top_p = self.temperature, self.top_k, self.top_p
+        if temperature is None or top_k is None or top_p is None:
+            raise ConfigError(
+                f"sampling needs temperature, top_k and top_p, got {temperature!r}, {top_k!r}, {top_p!r}; "
+                "resolve the options with the export's defaults first"
+            )
+        return SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p, seed=self.seed)
 
 
 OPTIONS: dict[str, Option] = {item.name: item.metadata["option"] for item in fields(GenerationOptions)}
 
 
-def value_kind(item: Field) -> tuple[str, bool]:
+def value_kind(item: Field[Any]) -> tuple[str, bool]:
     """What a field holds, from its annotation: "int", "number", "bool", "strings" or "ints" (a tuple
     of them), and whether None is allowed (an unset option)."""
     args = get_args(item.type)
@@ -214,7 +218,8 @@ def value_kind(item: Field) -> tuple[str, bool]:
     base = next(arg for arg in args if arg is not type(None)) if optional else item.type
     if get_origin(base) is tuple:
         return ("strings" if get_args(base)[0] is str else "ints"), optional
-    return {bool: "bool", int: "int", float: "number"}[base], optional
+    kinds: dict[object, str] = {bool: "bool", int: "int", float: "number"}
+    return kinds[base], optional
 
 
 KINDS: dict[str, tuple[str, bool]] = {item.name: value_kind(item) for item in fields(GenerationOptions)}
@@ -251,7 +256,7 @@ def describe(name: str) -> str:
     }[KINDS[name][0]]
 
 
-def _checked(item: Field, value: Any) -> Any:
+def _checked(item: Field[Any], value: Any) -> Any:
     """`value` for the field `item` in its canonical type (lists as tuples), or an InputError."""
     kind, optional = KINDS[item.name]
     option = OPTIONS[item.name]

@@ -10,7 +10,7 @@ its text at their first occurrence.
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, overload
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from onnxformer.runtime.errors import InputError
 from onnxformer.runtime.generation_options import GenerationOptions
 from onnxformer.runtime.model import ExportModel, ModelExport, pick
 from onnxformer.runtime.sampling import SamplingConfig
+from onnxformer.runtime.session import BoundCache
 from onnxformer.runtime.tokenizer import REPLACEMENT
 
 
@@ -57,14 +58,20 @@ class TextGenerator(ExportModel):
 
     def __init__(self, export: ModelExport) -> None:
         super().__init__(export)
-        self.defaults = export.manifest.generation
+        self.defaults = export.generation_defaults()
         # What every text prompt starts with (<s> for GPT, as in training).
         self.prefix: list[int] = [self.tokenizer.special_tokens[name] for name in self.framing.prefix]
         self._decoder = export.sessions["decoder"]
         self._io = export.io("decoder")
-        self._cache = export.cache
+        self._cache = export.cache_layout()
         self._outputs = [self._io.outputs["logits"], *self._cache.present_names()]
 
+    @overload
+    def generate(self, prompt: str, options: GenerationOptions | None = None, **overrides: Any) -> str: ...
+    @overload
+    def generate(
+        self, prompt: list[str], options: GenerationOptions | None = None, **overrides: Any
+    ) -> list[str]: ...
     def generate(
         self, prompt: str | list[str], options: GenerationOptions | None = None, **overrides: Any
     ) -> str | list[str]:
@@ -74,7 +81,7 @@ class TextGenerator(ExportModel):
         """
         single = isinstance(prompt, str)
         checked = self._options(options, overrides, text=True)
-        request = self._request(self._frame([prompt] if single else prompt), checked)
+        request = self._request(self._frame([prompt] if isinstance(prompt, str) else prompt), checked)
         texts = [_cut(self.tokenizer.decode(result.tokens), request.stop) for result in self._run(request)]
         return texts[0] if single else texts
 
@@ -109,16 +116,18 @@ class TextGenerator(ExportModel):
 
     # The loop.
 
-    def _step(self, ids: np.ndarray, mask: np.ndarray, cache: Feeds) -> tuple[np.ndarray, Feeds]:
+    def _step(
+        self, ids: np.ndarray, mask: np.ndarray, cache: Feeds | BoundCache
+    ) -> tuple[np.ndarray, Feeds | BoundCache]:
         """ids (B, T), mask (B, P + T) -> logits at the last position (B, V), the cache with T more."""
-        if self._cache.in_place:  # cache: a BoundCache, which the step writes into
+        if isinstance(cache, BoundCache):  # an in-place cache, which the step writes into
             (logits,) = cache.run(pick(self._io, input_ids=ids, attention_mask=mask))
             return np.ascontiguousarray(logits[:, -1]), cache
         feeds = {**pick(self._io, input_ids=ids, attention_mask=mask), **cache}
         outputs = self._decoder.run(feeds, self._outputs)
         return np.ascontiguousarray(outputs[0][:, -1]), self._cache.next_feeds(outputs[1:])
 
-    def _empty_cache(self, ids: np.ndarray, budgets: list[int]) -> Feeds:
+    def _empty_cache(self, ids: np.ndarray, budgets: list[int]) -> Feeds | BoundCache:
         """The first step's cache: empty, or for an in-place cache buffers with room for every step."""
         if not self._cache.in_place:
             return self._cache.empty(len(ids))
@@ -186,6 +195,8 @@ class TextGenerator(ExportModel):
     def _request(self, prompts: Sequence[Sequence[int]], options: GenerationOptions) -> _Request:
         rows = check_token_rows(prompts, vocab_size=self.vocab_size, limit=self.max_len, what="prompt")
         resolved = options.resolve(self.defaults)
+        # `resolve` sets both from the manifest's generation defaults when the call leaves them unset.
+        assert resolved.max_new_tokens is not None and resolved.stop_tokens is not None
         return _Request(
             rows=rows,
             max_new_tokens=resolved.max_new_tokens,

@@ -12,6 +12,7 @@ its sha256 is checked first.
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,8 +20,11 @@ from onnxformer.runtime.decoding import with_room
 from onnxformer.runtime.errors import ManifestError, OnnxformerError
 from onnxformer.runtime.folder import ExportFolder
 from onnxformer.runtime.manifest import GoldenCase, GoldenGraph, Manifest, allowed_difference
-from onnxformer.runtime.session import Device, create_session
+from onnxformer.runtime.session import Device, Session, create_session
 from onnxformer.runtime.tensorproto import read_tensor
+
+if TYPE_CHECKING:
+    from onnxformer.runtime.model import ExportModel
 
 END_TO_END = "end_to_end"
 
@@ -58,7 +62,9 @@ def golden_cases(export: ExportFolder) -> Iterator[LoadedCase]:
             yield LoadedCase(graph, case, inputs, expected)
 
 
-def run_case(session, manifest: Manifest, file: str, inputs: dict[str, np.ndarray], names: list[str]) -> list:
+def run_case(
+    session: Session, manifest: Manifest, file: str, inputs: dict[str, np.ndarray], names: list[str]
+) -> list[np.ndarray]:
     """`session.run(inputs, names)` on golden inputs (past in, past + new out), fed as `file` takes them.
 
     The decoder of an in-place cache gets each past with room for the step's tokens, so that its presents
@@ -124,7 +130,7 @@ def compare(loaded: LoadedCase, got: dict[str, np.ndarray]) -> GoldenResult:
 
 def run_graph_goldens(export: ExportFolder, *, device: Device = "cpu") -> list[GoldenResult]:
     """Every graph golden case through ONNX Runtime; a failing case does not stop the others."""
-    sessions: dict[str, object] = {}
+    sessions: dict[str, Session] = {}
     results = []
     for loaded in golden_cases(export):
         file = loaded.graph.file
@@ -176,7 +182,7 @@ def run_goldens(export: ExportFolder, *, device: Device = "cpu") -> list[GoldenR
     return run_graph_goldens(export, device=device) + run_end_to_end(export, device=device)
 
 
-def _tokenizer_case(model, item: dict) -> GoldenResult:
+def _tokenizer_case(model: "ExportModel", item: dict[str, Any]) -> GoldenResult:
     label = f"tokenize {item['text']!r}"
     got = model.tokenizer.encode(item["text"])
     if got != item["ids"]:
@@ -184,7 +190,12 @@ def _tokenizer_case(model, item: dict) -> GoldenResult:
     return GoldenResult(END_TO_END, label, None)
 
 
-def _greedy_case(model, item: dict) -> GoldenResult:
+def _greedy_case(model: "ExportModel", item: dict[str, Any]) -> GoldenResult:
+    from onnxformer.runtime.generator import TextGenerator
+    from onnxformer.runtime.seq2seq import TextToText
+
+    if not isinstance(model, TextGenerator | TextToText):  # reported as a mistyped end-to-end field
+        raise TypeError(f"greedy goldens need a model that generates, not a {type(model).__name__}")
     label = f"greedy {item['prompt']!r}"
     options = {"max_new_tokens": item["max_new_tokens"], "stop_tokens": item["stop_tokens"]}
     (result,) = model.generate_ids([item["input_ids"]], temperature=0.0, **options)  # GPT and T5 alike
@@ -199,7 +210,11 @@ def _greedy_case(model, item: dict) -> GoldenResult:
     return GoldenResult(END_TO_END, label, None)
 
 
-def _embedding_case(model, embeddings: dict, item: dict) -> GoldenResult:
+def _embedding_case(model: "ExportModel", embeddings: dict[str, Any], item: dict[str, Any]) -> GoldenResult:
+    from onnxformer.runtime.encoder import TextEncoder
+
+    if not isinstance(model, TextEncoder):  # reported as a mistyped end-to-end field
+        raise TypeError(f"embedding goldens need a model that embeds, not a {type(model).__name__}")
     label = f"embed {item['text']!r}"
     framed = model.frame(item["text"])  # the manifest's framing (<cls> + text + <sep> for BERT)
     if framed != item["input_ids"]:

@@ -18,7 +18,7 @@ from onnxformer.runtime import protobuf
 from onnxformer.runtime.check import check_export
 from onnxformer.runtime.errors import ExportError, ManifestError, OnnxformerError
 from onnxformer.runtime.folder import MAX_MODEL_BYTES, ExportFolder, read_regular_file
-from onnxformer.runtime.manifest import MANIFEST_NAME, FileEntry, Manifest, TensorSpec
+from onnxformer.runtime.manifest import MANIFEST_NAME, FileEntry, Manifest, Parity, TensorSpec
 from onnxformer.runtime.session import create_session
 
 METADATA_PREFIX = "onnxformer."
@@ -93,7 +93,7 @@ def describe_entry(entry: FileEntry, manifest: Manifest) -> dict[str, Any]:
         "options": dict(entry.options),
         "inputs": [_tensor(spec) for spec in entry.inputs],
         "outputs": [_tensor(spec) for spec in entry.outputs],
-        "parity": None if entry.parity is None else _parity(entry),
+        "parity": None if entry.parity is None else _parity(entry.parity),
     }
 
 
@@ -117,10 +117,9 @@ def _tensor(spec: TensorSpec) -> dict[str, Any]:
     return {"name": spec.name, "dtype": spec.dtype, "shape": list(spec.shape)}
 
 
-def _parity(entry: FileEntry) -> dict[str, Any]:
+def _parity(parity: Parity) -> dict[str, Any]:
     """The recorded parity under the export's own rule (the one `check_export` applies): `error` is the
     distance to the reference, `used` the share of the allowance it took (<= 1 passes)."""
-    parity = entry.parity
     if parity.reference == "float64":
         error, used = dict(parity.error), dict(parity.used)
         rule = f"error <= {parity.factor:g} x PyTorch fp32's error + {parity.floor:.2g} x max |output|"
@@ -220,7 +219,7 @@ def _surrounding_export(path: Path, *, size: int, sha256: str) -> dict[str, Any]
         if not (parent / MANIFEST_NAME).is_file():
             continue
         shown = path.parents[depth] if depth < len(path.parents) else parent
-        found = {"folder": str(shown), "entry": None, "sha256_matches": None, "problem": None}
+        found: dict[str, Any] = {"folder": str(shown), "entry": None, "sha256_matches": None, "problem": None}
         try:
             manifest = ExportFolder.open(parent).manifest
             entry = manifest.file(absolute.relative_to(parent).as_posix())
@@ -240,7 +239,8 @@ def _file_problem(result: dict[str, Any]) -> str | None:
             f"{result['path']} sits in no export folder, so there is no {MANIFEST_NAME} to verify it against"
         )
     if export["entry"] is None:
-        return export["problem"]
+        problem: str = export["problem"]  # set whenever the entry is not
+        return problem
     entry = export["entry"]
     if not export["sha256_matches"]:
         return (

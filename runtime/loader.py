@@ -18,11 +18,12 @@ from onnxformer.runtime.session import Device
 
 __all__ = ["CLASSES", "ExportModel", "ModelExport", "load", "model_class", "open_export"]
 
+ModelClass = type[TextGenerator] | type[TextEncoder] | type[TextToText]
 # Per task (manifest `task`), the class that runs it.
-CLASSES: dict[str, type[ExportModel]] = {cls.task: cls for cls in (TextGenerator, TextEncoder, TextToText)}
+CLASSES: dict[str, ModelClass] = {cls.task: cls for cls in (TextGenerator, TextEncoder, TextToText)}
 
 
-def model_class(export: ModelExport) -> type[ExportModel]:
+def model_class(export: ModelExport) -> ModelClass:
     """The class that runs `export`'s task."""
     try:
         return CLASSES[export.task]
@@ -34,7 +35,7 @@ def model_class(export: ModelExport) -> type[ExportModel]:
 
 
 def load(
-    folder: str | os.PathLike,
+    folder: str | os.PathLike[str],
     *,
     device: Device = "auto",
     threads: int | None = None,

@@ -15,10 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
+import numpy as np
+
 from onnxformer.runtime.decoding import CacheLayout
 from onnxformer.runtime.errors import InputError, ManifestError, OnnxformerError
 from onnxformer.runtime.folder import ExportFolder
-from onnxformer.runtime.manifest import Framing, GraphIO, Manifest, ModelShape, TaskSpec
+from onnxformer.runtime.manifest import Framing, GenerationDefaults, GraphIO, Manifest, ModelShape, TaskSpec
 from onnxformer.runtime.probe import ProbeResult, probe_export
 from onnxformer.runtime.session import Device, Session, check_threads, create_session
 from onnxformer.runtime.tokenizer import TextTokenizer
@@ -77,6 +79,25 @@ class ModelExport:
     def io(self, role: str) -> GraphIO:
         return self.manifest.io[role]
 
+    def cache_layout(self) -> CacheLayout:
+        """The KV cache of a task that decodes step by step (the manifest's checks make it present)."""
+        if self.cache is None:
+            raise ManifestError(
+                f"manifest.json: kv_cache is missing; the {self.task!r} task decodes with it; "
+                "re-export the folder"
+            )
+        return self.cache
+
+    def generation_defaults(self) -> GenerationDefaults:
+        """The decoding defaults of a task that generates (the manifest's checks make them present)."""
+        generation = self.manifest.generation
+        if generation is None:
+            raise ManifestError(
+                f"manifest.json: generation is missing; the {self.task!r} task decodes with its defaults; "
+                "re-export the folder"
+            )
+        return generation
+
     @property
     def provider(self) -> str:
         """The ONNX Runtime provider the graphs run on (e.g. "CPUExecutionProvider")."""
@@ -92,7 +113,7 @@ class ModelExport:
 
 
 def open_export(
-    folder: str | os.PathLike,
+    folder: str | os.PathLike[str],
     *,
     task: str | None = None,
     device: Device = "auto",
@@ -159,7 +180,7 @@ def load_graph(folder: ExportFolder, path: str, *, device: Device, threads: int 
         ) from None
 
 
-def _probe(folder: str | os.PathLike) -> ProbeResult:
+def _probe(folder: str | os.PathLike[str]) -> ProbeResult:
     result = probe_export(folder)
     if not result.ok:
         raise ManifestError(
@@ -169,7 +190,7 @@ def _probe(folder: str | os.PathLike) -> ProbeResult:
     return result
 
 
-def _wrong_task(root: os.PathLike, family: str, actual: str, wanted: str) -> ManifestError:
+def _wrong_task(root: os.PathLike[str], family: str, actual: str, wanted: str) -> ManifestError:
     runs = CLASS_NAMES.get(actual, f"a runtime for the {actual!r} task")
     return ManifestError(
         f"{root} holds a {family} export (task {actual!r}), which {CLASS_NAMES.get(wanted, wanted)} cannot "
@@ -205,13 +226,14 @@ def check_feedable(io: GraphIO, path: str, feedable: tuple[str, ...]) -> None:
         )
 
 
-def pick(io: GraphIO, **available: Any) -> dict[str, Any]:
+def pick(io: GraphIO, **available: np.ndarray) -> dict[str, np.ndarray]:
     """The feeds of one graph: of the values the caller has (input name -> array), those its `io` lists."""
     return {name: available[name] for name in io.inputs}
 
 
-def text_list(texts: object, *, what: str) -> Sequence:
-    """`texts` checked to be a list of at least one item (a str is not such a list)."""
+def text_list(texts: object, *, what: str) -> Sequence[Any]:
+    """`texts` checked to be a list of at least one item (a str is not such a list); the items are the
+    caller's to check (`ExportModel.frame` refuses one that is not a str)."""
     if isinstance(texts, str | bytes) or not isinstance(texts, Sequence):
         raise InputError(f"{what} must be a str or a list of str", field="texts")
     if len(texts) == 0:
@@ -244,7 +266,7 @@ class ExportModel:
     @classmethod
     def load(
         cls: type[ModelT],
-        folder: str | os.PathLike,
+        folder: str | os.PathLike[str],
         *,
         device: Device = "auto",
         threads: int | None = None,
@@ -258,7 +280,7 @@ class ExportModel:
         return self.export.family
 
     @property
-    def config(self) -> dict:
+    def config(self) -> dict[str, Any]:
         """The model config from the manifest (vocab_size, d_model, n_layers, n_heads, max_len, ...)."""
         return self.export.config
 

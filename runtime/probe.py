@@ -36,7 +36,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 from onnxformer.runtime.errors import ConfigError
 
@@ -70,7 +70,7 @@ class ProbeResult:
 
 
 def probe_export(
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     memory_mb: int = DEFAULT_MEMORY_MB,
@@ -116,7 +116,7 @@ def probe_export(
     return _result(returncode, report, errors, seconds)
 
 
-def _result(returncode: int, report: dict | None, errors: str, seconds: float) -> ProbeResult:
+def _result(returncode: int, report: dict[str, Any] | None, errors: str, seconds: float) -> ProbeResult:
     last_error = errors.splitlines()[-1][:500] if errors else ""
     if returncode < 0:
         number = -returncode
@@ -152,20 +152,20 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _kill_group(child: subprocess.Popen) -> None:
+def _kill_group(child: subprocess.Popen[bytes]) -> None:
     """Kill the child's process group (the child is not reaped yet, so the group id is still its own)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(child.pid, signal.SIGKILL)
     child.wait()
 
 
-def _tail(handle, size: int = 1 << 20) -> bytes:
+def _tail(handle: IO[bytes], size: int = 1 << 20) -> bytes:
     handle.seek(0, os.SEEK_END)
     handle.seek(max(0, handle.tell() - size))
     return handle.read()
 
 
-def _last_json_line(data: bytes) -> dict | None:
+def _last_json_line(data: bytes) -> dict[str, Any] | None:
     for line in reversed(data.decode("utf-8", "replace").splitlines()):
         if line.startswith("{"):
             try:

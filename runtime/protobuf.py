@@ -20,6 +20,7 @@ def fields(buffer: memoryview | bytes) -> Iterator[tuple[int, int, int | memoryv
         number, wire = key >> 3, key & 7
         if number == 0:
             raise ValueError("field number 0")
+        value: int | memoryview
         if wire == VARINT:
             value, position = varint(buffer, position)
         elif wire in (FIXED64, LENGTH, FIXED32):
@@ -62,6 +63,27 @@ def packed_varints(value: memoryview | bytes) -> list[int]:
         item, position = varint(value, position)
         out.append(signed(item))
     return out
+
+
+def as_varint(number: int, value: int | memoryview) -> int:
+    """Field `number`'s value where a varint is expected; `ValueError` if the message holds bytes there."""
+    if not isinstance(value, int):
+        raise ValueError(f"field {number} holds bytes where a varint belongs")
+    return value
+
+
+def as_bytes(number: int, value: int | memoryview) -> memoryview:
+    """Field `number`'s bytes where bytes are expected; `ValueError` if the message holds a varint there."""
+    if isinstance(value, int):
+        raise ValueError(f"field {number} holds a varint where bytes belong")
+    return value
+
+
+def int64_values(number: int, wire: int, value: int | memoryview) -> list[int]:
+    """The values of one occurrence of a repeated int64 field: packed (length-delimited) or one varint."""
+    if wire == LENGTH:
+        return packed_varints(as_bytes(number, value))
+    return [signed(as_varint(number, value))]
 
 
 def encode_varint(value: int) -> bytes:

@@ -10,6 +10,7 @@ ties).
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from onnxformer.runtime.errors import ConfigError, InputError
 
@@ -56,14 +57,15 @@ class Sampler:
         self.config = config
         self.rngs = [np.random.default_rng(config.seed) for _ in range(batch)]
 
-    def __call__(self, logits: np.ndarray) -> np.ndarray:
+    def __call__(self, logits: np.ndarray) -> npt.NDArray[np.int64]:
         """logits (B, V) -> token ids (B,) int64."""
         if logits.ndim != 2 or len(logits) != len(self.rngs):
             raise InputError(
                 f"logits must have shape (B={len(self.rngs)}, V) for this sampler, got {logits.shape}"
             )
         if self.config.greedy:
-            return np.argmax(logits, axis=-1).astype(np.int64)
+            chosen: npt.NDArray[np.int64] = np.argmax(logits, axis=-1).astype(np.int64)
+            return chosen
         return np.array(
             [self._sample_row(row, rng) for row, rng in zip(logits, self.rngs, strict=True)], dtype=np.int64
         )

@@ -10,7 +10,7 @@ with the self-attention cache and stops at </s>. Greedy and seeded sampling foll
 
 from collections.abc import Sequence
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any, ClassVar, overload
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from onnxformer.runtime.decoding import (
     log_softmax,
     seq2seq_budget,
 )
-from onnxformer.runtime.errors import InputError
+from onnxformer.runtime.errors import InputError, ManifestError
 from onnxformer.runtime.generation_options import SAMPLING, GenerationOptions
 from onnxformer.runtime.model import ExportModel, ModelExport, pick
 
@@ -50,23 +50,35 @@ class TextToText(ExportModel):
 
     def __init__(self, export: ModelExport) -> None:
         super().__init__(export)
-        self.defaults = export.manifest.generation
-        self.start_token: int = int(self.defaults.decoder_start_token_id)
+        self.defaults = export.generation_defaults()
+        start = self.defaults.decoder_start_token_id
+        if start is None:  # the manifest's checks require it of a seq2seq export
+            raise ManifestError(
+                f"manifest.json: generation.decoder_start_token_id is missing; the {self.task!r} task needs "
+                "it; re-export the folder"
+            )
+        self.start_token: int = int(start)
         self._encoder = export.sessions["encoder"]
         self._decoder = export.sessions["decoder"]
         self._encoder_io = export.io("encoder")
         self._decoder_io = export.io("decoder")
-        self._cache = export.cache
+        self._cache = export.cache_layout()
         self._logits = self._decoder_io.outputs["logits"]
         self._outputs = [self._logits, *self._cache.present_names()]
 
+    @overload
+    def generate(self, text: str, options: GenerationOptions | None = None, **overrides: Any) -> str: ...
+    @overload
+    def generate(
+        self, text: list[str], options: GenerationOptions | None = None, **overrides: Any
+    ) -> list[str]: ...
     def generate(
         self, text: str | list[str], options: GenerationOptions | None = None, **overrides: Any
     ) -> str | list[str]:
         """The output text for `text` (a str), or for each text (a list in, a list out)."""
         single = isinstance(text, str)
         checked = GenerationOptions.of(options, **overrides).check(self.task)
-        results = self.generate_ids(self._frame([text] if single else text), checked)
+        results = self.generate_ids(self._frame([text] if isinstance(text, str) else text), checked)
         texts = [self.tokenizer.decode(result.tokens) for result in results]
         return texts[0] if single else texts
 
@@ -174,6 +186,8 @@ class TextToText(ExportModel):
         """Checked source rows, the decoding budget, the stop tokens (the export's unless given)."""
         rows = check_token_rows(sources, vocab_size=self.vocab_size, limit=self.max_len, what="source")
         resolved = options.resolve(self.defaults)
+        # `resolve` sets both from the manifest's generation defaults when the call leaves them unset.
+        assert resolved.max_new_tokens is not None and resolved.stop_tokens is not None
         stop = check_stop_tokens(resolved.stop_tokens, vocab_size=self.vocab_size)
         return rows, seq2seq_budget(resolved.max_new_tokens, self.max_len), stop
 

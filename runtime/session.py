@@ -24,7 +24,7 @@ Session settings (measurements in benchmarks/README.md):
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, TypeAlias
 
 import numpy as np
 
@@ -35,10 +35,23 @@ logger = logging.getLogger(__name__)
 
 Device = Literal["auto", "cpu", "cuda"]
 DEVICES: tuple[Device, ...] = ("auto", "cpu", "cuda")
+
+
+def device_of(value: str) -> Device:
+    """`value` as a Device, or a ConfigError naming the choices (for a device given as text: the CLI)."""
+    for device in DEVICES:
+        if value == device:
+            return device
+    raise ConfigError(f"device must be one of {DEVICES}, got {value!r}")
+
+
+# ONNX Runtime ships no type information: its objects (the module, InferenceSession, OrtValue, IOBinding)
+# are `Any` where this module meets them, and typed from there on (`Session.run` gives arrays).
+OrtSession: TypeAlias = Any  # onnxruntime.InferenceSession
 CPU_DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)  # see the module docstring
 
 
-def _onnxruntime():
+def _onnxruntime() -> Any:
     try:
         import onnxruntime
     except ImportError:
@@ -51,16 +64,17 @@ def _onnxruntime():
 
 @dataclass(frozen=True)
 class Session:
-    session: object  # onnxruntime.InferenceSession
+    session: OrtSession
     provider: str  # the provider the session really runs on
     reason: str  # why this provider (e.g. why CUDA was not used)
     # The external initializers' arrays and OrtValues: ONNX Runtime uses their memory, so they live as
     # long as the session.
-    keep_alive: tuple = field(default=(), repr=False, compare=False)
+    keep_alive: tuple[object, ...] = field(default=(), repr=False, compare=False)
 
-    def run(self, feeds: dict, outputs: list[str] | None = None) -> list:
+    def run(self, feeds: dict[str, np.ndarray], outputs: list[str] | None = None) -> list[np.ndarray]:
         try:
-            return self.session.run(outputs, feeds)
+            results: list[np.ndarray] = self.session.run(outputs, feeds)
+            return results
         except Exception as error:  # ONNX Runtime's own errors are untyped
             raise _inference_error(error, "") from error
 
@@ -82,7 +96,7 @@ class BoundCache:
 
     def __init__(
         self, session: Session, pairs: list[tuple[str, str]], shape: tuple[int, ...], outputs: list[str]
-    ):
+    ) -> None:
         ort = _onnxruntime()
         device = "cuda" if session.provider == "CUDAExecutionProvider" else "cpu"
         self.session = session
@@ -98,7 +112,7 @@ class BoundCache:
             self.binding.bind_ortvalue_input(past, value)
             self.binding.bind_ortvalue_output(present, value)
 
-    def run(self, feeds: dict) -> list:
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """One step: `feeds` (the inputs other than the cache) in, `outputs` out as arrays."""
         try:
             for name, value in feeds.items():
@@ -146,7 +160,7 @@ def create_session(
     _check_external_covered(graph)
     ort = _onnxruntime()
     options = ort.SessionOptions()
-    keep_alive: tuple = ()
+    keep_alive: tuple[object, ...] = ()
     if graph.initializers:
         names = list(graph.initializers)
         values = [ort.OrtValue.ortvalue_from_numpy(graph.initializers[name]) for name in names]

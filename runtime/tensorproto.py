@@ -47,18 +47,16 @@ def read_tensor(data: bytes, *, source: str = "tensor") -> tuple[str, np.ndarray
 def _read(data: bytes) -> tuple[str, np.ndarray]:
     dims: list[int] = []
     code, name, raw = 0, "", None
-    typed: dict[int, list] = {}
+    typed: dict[int, list[tuple[int, int | memoryview]]] = {}
     for number, wire, value in protobuf.fields(data):
         if number == 1:
-            dims.extend(
-                protobuf.packed_varints(value) if wire == protobuf.LENGTH else [protobuf.signed(value)]
-            )
+            dims.extend(protobuf.int64_values(number, wire, value))
         elif number == 2:
-            code = value
+            code = protobuf.as_varint(number, value)
         elif number == 8:
-            name = bytes(value).decode("utf-8")
+            name = bytes(protobuf.as_bytes(number, value)).decode("utf-8")
         elif number == 9:
-            raw = bytes(value)
+            raw = bytes(protobuf.as_bytes(number, value))
         elif number == 14 and value == 1:
             raise ValueError("it points at external data, which goldens never use")
         elif number in (4, 5, 7, 10):
@@ -82,18 +80,18 @@ def _read(data: bytes) -> tuple[str, np.ndarray]:
     return name, array.reshape(dims).astype(dtype.newbyteorder("="))
 
 
-def _typed_values(typed: dict[int, list]) -> list:
-    values: list = []
+def _typed_values(typed: dict[int, list[tuple[int, int | memoryview]]]) -> list[float]:
+    values: list[float] = []
     for number, items in typed.items():
         for wire, value in items:
             if number == 4:  # float_data: packed or single fixed32
-                values.extend(struct.unpack(f"<{len(value) // 4}f", bytes(value)))
+                floats = protobuf.as_bytes(number, value)
+                values.extend(struct.unpack(f"<{len(floats) // 4}f", bytes(floats)))
             elif number == 10:
-                values.extend(struct.unpack(f"<{len(value) // 8}d", bytes(value)))
+                doubles = protobuf.as_bytes(number, value)
+                values.extend(struct.unpack(f"<{len(doubles) // 8}d", bytes(doubles)))
             else:  # int32_data / int64_data: packed or single varint
-                values.extend(
-                    protobuf.packed_varints(value) if wire == protobuf.LENGTH else [protobuf.signed(value)]
-                )
+                values.extend(protobuf.int64_values(number, wire, value))
     return values
 
 
@@ -135,22 +133,20 @@ def read_external_tensor(data: bytes | memoryview) -> ExternalTensor:
     entries: dict[str, str] = {}
     for number, wire, value in protobuf.fields(data):
         if number == 1:
-            dims.extend(
-                protobuf.packed_varints(value) if wire == protobuf.LENGTH else [protobuf.signed(value)]
-            )
+            dims.extend(protobuf.int64_values(number, wire, value))
         elif number == 2 and wire == protobuf.VARINT:
-            code = value
+            code = protobuf.as_varint(number, value)
         elif number == 8 and wire == protobuf.LENGTH:
-            name = _text(value, "name")
+            name = _text(protobuf.as_bytes(number, value), "name")
         elif number == 13 and wire == protobuf.LENGTH:
-            key, text = _entry(value)
+            key, text = _entry(protobuf.as_bytes(number, value))
             if key not in _EXTERNAL_KEYS:
                 raise ValueError(f"external_data has the unknown key {key!r} (known: {_EXTERNAL_KEYS})")
             if key in entries:
                 raise ValueError(f"external_data gives {key!r} twice")
             entries[key] = text
         elif number == 14 and wire == protobuf.VARINT:
-            location_flag = value
+            location_flag = protobuf.as_varint(number, value)
         elif number in _DATA_FIELDS:
             raise ValueError("it holds inline values as well as external data")
     shown = repr(name) if name else "a tensor"
@@ -177,9 +173,9 @@ def _entry(value: memoryview) -> tuple[str, str]:
     key, text = "", ""
     for number, wire, item in protobuf.fields(value):
         if number == 1 and wire == protobuf.LENGTH:
-            key = _text(item, "external_data key")
+            key = _text(protobuf.as_bytes(number, item), "external_data key")
         elif number == 2 and wire == protobuf.LENGTH:
-            text = _text(item, "external_data value")
+            text = _text(protobuf.as_bytes(number, item), "external_data value")
     return key, text
 
 

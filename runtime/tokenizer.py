@@ -130,5 +130,7 @@ class TextTokenizer:
     def token_text(self, token_id: int) -> str:
         """One token as text; a special token shows as its own text ("<pad>") rather than vanishing."""
         if token_id in self.special_ids:
-            return self._tokenizer.id_to_token(token_id)
+            piece = self._tokenizer.id_to_token(token_id)
+            if piece is not None:  # None only for an id the vocabulary skips
+                return piece
         return self.decode([token_id])

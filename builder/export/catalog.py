@@ -19,6 +19,7 @@ from torch import nn
 
 from onnxformer.builder.export import wrappers
 from onnxformer.builder.layers import (
+    Activation,
     AttentionOptions,
     BlockOptions,
     DecoderBlock,
@@ -28,6 +29,7 @@ from onnxformer.builder.layers import (
     LearnedPositionalEmbedding,
     MultiHeadAttention,
     NormOptions,
+    NormPosition,
     RelativePositionBias,
     ResidualNorm,
     ResidualOptions,
@@ -108,7 +110,9 @@ def _mask(name: str, length: str) -> InputSpec:
     return InputSpec(name, ("batch", length), "mask")
 
 
-def block_options(norm_position: str, activation: str, position: str = "none") -> BlockOptions:
+def block_options(
+    norm_position: NormPosition, activation: Activation, position: str = "none"
+) -> BlockOptions:
     """The catalogue's blocks: the defaults but for the norm's place, the activation and rotary positions."""
     options = BlockOptions(residual=ResidualOptions(norm_position), ffn=FeedForwardOptions(activation))
     return replace(options, rotary=RotaryOptions()) if position == "rotary" else options
@@ -313,27 +317,35 @@ def _position_specs() -> list[BlockSpec]:
 
 
 def _sublayer_specs() -> list[BlockSpec]:
+    def ffn(activation: Activation) -> Callable[[BlockDims], nn.Module]:
+        return lambda d: wrappers.FeedForwardGraph(FeedForward(d.d_model, d.d_ff, activation=activation))
+
+    def residual(norm: NormPosition) -> Callable[[BlockDims], nn.Module]:
+        return lambda d: wrappers.Residual(ResidualNorm(d.d_model, norm_position=norm))
+
+    activations: tuple[Activation, ...] = ("relu", "gelu")
+    norms: tuple[NormPosition, ...] = ("pre", "post")
     specs = [
         BlockSpec(
             f"ffn.{activation}",
             "feed_forward",
             {"ffn.activation": activation},
-            lambda d, a=activation: wrappers.FeedForwardGraph(FeedForward(d.d_model, d.d_ff, activation=a)),
+            ffn(activation),
             (_hidden(),),
             ("output",),
         )
-        for activation in ("relu", "gelu")
+        for activation in activations
     ]
     specs += [
         BlockSpec(
             f"residual.{norm}_ln",
             "residual_norm",
             {"residual.position": norm},
-            lambda d, n=norm: wrappers.Residual(ResidualNorm(d.d_model, norm_position=n)),
+            residual(norm),
             (_hidden(), _hidden("sublayer_output")),
             ("sublayer_input", "hidden_states_out"),
         )
-        for norm in ("pre", "post")
+        for norm in norms
     ]
     return specs
 
@@ -371,7 +383,7 @@ def _option_specs() -> list[BlockSpec]:
         block = BlockOptions(norm=NormOptions("rms", eps=1e-6), attention=options)
         return lambda d: wrappers.SelfAttention(self_attention(d.d_model, d.n_heads, block, dropout=0.0))
 
-    def ffn(activation: str, **options):
+    def ffn(activation: Activation, **options: bool):
         return lambda d: wrappers.FeedForwardGraph(
             FeedForward(d.d_model, d.d_ff, activation=activation, **options)
         )
@@ -408,7 +420,7 @@ def _option_specs() -> list[BlockSpec]:
             ("sublayer_input", "hidden_states_out"),
         ),
     ]
-    ffns = [
+    ffns: list[tuple[str, Activation, bool, bool]] = [
         ("ffn.gelu_tanh", "gelu_tanh", False, True),
         ("ffn.silu", "silu", False, True),
         ("ffn.swiglu", "silu", True, False),
@@ -462,13 +474,13 @@ def _option_specs() -> list[BlockSpec]:
         ("rotary.linear", RotaryOptions(scaling=RopeScalingOptions("linear", factor=4.0))),
         ("rotary.llama3", RotaryOptions(base=500000.0, scaling=LLAMA3_SCALING)),
     ]
-    rotaries = [
+    described = [
         (name, {"position": "rotary", **_group_described("rotary", options)}, rotary(options))
         for name, options in rotaries
     ]
     specs += [
         BlockSpec(name, "positional_encoding", options, build, rotary_inputs, ("rotated",))
-        for name, options, build in rotaries
+        for name, options, build in described
     ]
     specs.append(_llama_decoder_spec())
     return specs

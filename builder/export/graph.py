@@ -21,7 +21,7 @@ from onnxformer.runtime.manifest import FORMAT_VERSION, TensorSpec
 DEFAULT_OPSET = 18
 MIN_OPSET, MAX_OPSET = 17, 23  # what the dynamo exporter and current ONNX Runtime builds both cover
 
-_DTYPES = {
+_DTYPES: dict[int, str] = {
     onnx.TensorProto.FLOAT: "float32",
     onnx.TensorProto.FLOAT16: "float16",
     onnx.TensorProto.INT64: "int64",
@@ -94,6 +94,7 @@ def export_graph(
         raise ExportError(
             f"torch.onnx.export failed for {type(module).__name__}: {str(error).splitlines()[0]}"
         ) from error
+    assert program is not None  # dynamo=True returns the program (None is for dynamo=False)
     model = program.model_proto
     _rename_dims(model, dim_names)
     # The exporter annotates intermediate tensors with its own shape symbols (s18, s0 + s28). They are

@@ -62,9 +62,10 @@ from onnxformer.builder.export.recipes.base import (
     random_ids,
 )
 from onnxformer.builder.export.samples import padded_mask
+from onnxformer.builder.families import T5
 from onnxformer.runtime.errors import ExportError
 from onnxformer.runtime.folder import ExportFolder, sha256_bytes
-from onnxformer.runtime.manifest import WEIGHTS_KIND, FileEntry, Goldens, Manifest
+from onnxformer.runtime.manifest import WEIGHTS_KIND, FileEntry, Goldens, Manifest, Task
 
 Layout = Literal["onnxformer", "optimum"]
 LAYOUTS: tuple[str, ...] = ("onnxformer", "optimum")
@@ -85,7 +86,7 @@ AXES = {
     "encoder_sequence": "encoder_sequence_length",
 }
 # task -> (our graph role, the loaders' file name) for the graphs copied with renamed axes.
-COPIES = {
+COPIES: dict[Task, tuple[tuple[str, str], ...]] = {
     "generate": (("decoder", "model.onnx"),),
     "encode": (("encoder", "model.onnx"),),
     "seq2seq": (("encoder", "encoder_model.onnx"),),
@@ -109,7 +110,7 @@ def write_layout(export_dir: str | os.PathLike, source: str | os.PathLike, *, la
         return export.manifest
     manifest = export.manifest
     source = Path(source)
-    _check_source(manifest, source, export_dir)
+    task = _check_source(manifest, source, export_dir)
     files = {entry.path: export.read(entry.path) for entry in manifest.files}
     entries = list(manifest.files)
     golden_graphs = list(manifest.goldens.graphs) if manifest.goldens else []
@@ -123,7 +124,7 @@ def write_layout(export_dir: str | os.PathLike, source: str | os.PathLike, *, la
     for path, data in _side_files(source).items():
         add(path, data, FileEntry(path, sha256_bytes(data), len(data), "layout", {"layout": layout}, (), ()))
     goldens_of = {graph.file: graph for graph in golden_graphs}
-    for role, name in COPIES[manifest.task]:
+    for role, name in COPIES[task]:
         original = manifest.file(manifest.graphs[role])
         path = f"{SUBFOLDER}/{name}"
         aliases = {"logits": head} if role == "encoder" and (head := _head(manifest, role)) else {}
@@ -131,7 +132,7 @@ def write_layout(export_dir: str | os.PathLike, source: str | os.PathLike, *, la
         add(path, data, entry)
         if original.path in goldens_of:
             golden_graphs.append(dataclasses.replace(goldens_of[original.path], file=path))
-    if manifest.task == "seq2seq":
+    if task == "seq2seq":
         exported = _merged_decoder(manifest, source, layout)
         for entry in exported.entries:
             add(entry.path, exported.files[entry.path], entry)
@@ -165,15 +166,17 @@ def check_layout_source(source: str | os.PathLike, *, layout: Layout) -> None:
         )
 
 
-def _check_source(manifest: Manifest, source: Path, export_dir: str | os.PathLike) -> None:
+def _check_source(manifest: Manifest, source: Path, export_dir: str | os.PathLike) -> Task:
+    """Refuse an export `--layout optimum` cannot extend from `source`; the export's task (one in COPIES)."""
     imported = manifest.extra.get("source")
     if manifest.export_kind != "model" or not isinstance(imported, dict):
         raise ExportError(
             f"{export_dir} is not an export of a Hugging Face folder; --layout optimum needs one "
             "(the loaders read its config.json)"
         )
-    if manifest.task not in COPIES:
-        raise ExportError(f"--layout optimum has no file names for the {manifest.task!r} task")
+    task = manifest.task
+    if task is None or task not in COPIES:
+        raise ExportError(f"--layout optimum has no file names for the {task!r} task")
     if any(entry.kind == WEIGHTS_KIND for entry in manifest.files):
         raise ExportError(
             f"{export_dir} keeps weights in external data files; --layout optimum copies whole graphs "
@@ -186,6 +189,7 @@ def _check_source(manifest: Manifest, source: Path, export_dir: str | os.PathLik
             f"{source} holds a {architecture} model but {export_dir} was exported from a "
             f"{imported.get('architecture')}; pass the Hugging Face folder the export was made from"
         )
+    return task
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -237,13 +241,13 @@ def _renamed_copy(
         for dim in value.type.tensor_type.shape.dim:
             if dim.dim_param:
                 dim.dim_param = _renamed_axis(dim.dim_param)
-    outputs = {value.name: value for value in graph.output}
+    by_name = {value.name: value for value in graph.output}
     for alias, name in aliases.items():
-        if alias in outputs or name not in outputs:
+        if alias in by_name or name not in by_name:
             raise ExportError(f"{original.path}: cannot add output {alias!r} as a copy of {name!r}")
         graph.node.append(onnx.helper.make_node("Identity", [name], [alias], name=f"layout_{alias}"))
         value = graph.output.add()
-        value.CopyFrom(outputs[name])
+        value.CopyFrom(by_name[name])
         value.name = alias
     copy = model.SerializeToString()
     inputs, outputs = io_specs(model)
@@ -257,7 +261,7 @@ def _renamed_copy(
 class MergedDecoder(nn.Module):
     """T5's decoder as the loaders run it: from the encoder's hidden states, not from cross K/V."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: T5) -> None:
         super().__init__()
         self.model = model
 
@@ -282,7 +286,7 @@ def _names(key: str, value: str, layers: int) -> list[str]:
 
 
 @torch.no_grad()
-def _merged_cases(model: nn.Module, generator: torch.Generator) -> Cases:
+def _merged_cases(model: T5, generator: torch.Generator) -> Cases:
     """First steps over padded sources, then a cached step on the cache PyTorch produced."""
     layers = model.config.decoder_layers
     for batch, source in ((1, 4), (3, 11), (2, model.config.max_len)):
@@ -311,7 +315,7 @@ def _merged_decoder(manifest: Manifest, source: Path, layout: str):
     from onnxformer.builder.pretrained import from_pretrained
 
     model = from_pretrained(source).model.eval()
-    if dataclasses.asdict(model.config) != manifest.config:
+    if not isinstance(model, T5) or dataclasses.asdict(model.config) != manifest.config:
         raise ExportError(
             f"{source} does not hold the model the export was made from (the configs differ); pass the "
             "Hugging Face folder it was exported from"

@@ -31,6 +31,7 @@ from onnxformer.builder.export.parity import ParityRule
 from onnxformer.builder.export.pipeline import GraphSpec, export_one, reprove
 from onnxformer.builder.export.recipes import recipe, recipe_for
 from onnxformer.builder.export.recipes.base import EndToEnd, ModelGraph, Recipe
+from onnxformer.builder.families import FamilyModel
 from onnxformer.builder.families.config import head_width, kv_heads
 from onnxformer.builder.tokenizer import special_tokens
 from onnxformer.builder.training.checkpoint import CHECKPOINT_NAME, CheckpointError, load_checkpoint
@@ -45,7 +46,9 @@ TOKENIZER_FILE = "tokenizer.json"
 Progress = Callable[[str, int, int], None]  # (file, index, total)
 
 
-def model_graph(graph: ModelGraph, model: nn.Module, *, family: str, seed: int, metadata: dict) -> GraphSpec:
+def model_graph(
+    graph: ModelGraph[Any], model: FamilyModel, *, family: str, seed: int, metadata: dict
+) -> GraphSpec:
     """The pipeline's description of one of a model's graphs."""
     config = model.config
     return GraphSpec(
@@ -60,7 +63,7 @@ def model_graph(graph: ModelGraph, model: nn.Module, *, family: str, seed: int, 
     )
 
 
-def model_blocks(family_recipe: Recipe, model: nn.Module) -> Iterator[tuple[BlockSpec, nn.Module]]:
+def model_blocks(family_recipe: Recipe[Any], model: FamilyModel) -> Iterator[tuple[BlockSpec, nn.Module]]:
     """The model's own blocks, each with the catalogue spec (inputs, options) of its kind."""
     for stack in family_recipe.blocks(model):
         for index, block in enumerate(stack.blocks):
@@ -85,7 +88,7 @@ class ExportSource:
     """What a whole-model export is made from: a training checkpoint or an imported Hugging Face folder."""
 
     family: str
-    model: nn.Module
+    model: FamilyModel
     tokenizer: Tokenizer
     special: dict[str, int]  # role -> id (the roles the tokenizer has; pad always)
     framing: dict[str, Framing]  # the task's text key -> special tokens around it
@@ -108,7 +111,7 @@ def pretrained_source(folder: str | os.PathLike) -> ExportSource:
 
     imported = from_pretrained(folder)
     text = TASKS[recipe(imported.family).task].text
-    extra = {"source": {"architecture": imported.architecture, "folder": Path(folder).name}}
+    extra: dict[str, Any] = {"source": {"architecture": imported.architecture, "folder": Path(folder).name}}
     if imported.sentence_transformers:
         extra["source"]["sentence_transformers"] = True
     return ExportSource(
@@ -196,7 +199,7 @@ def export_model(
     family_recipe = recipe(family)
     config = model.config
     special_ids = dict(source.special)
-    essentials = {
+    essentials: dict[str, object] = {
         "onnxformer.family": family,
         "onnxformer.config": dataclasses.asdict(config),
         "onnxformer.special_tokens": special_ids,
@@ -218,11 +221,11 @@ def export_model(
         entries += exported.entries
         golden_graphs.append(exported.goldens)
         wrappers[graph.role] = (wrapper, list(spec.output_names))
-    for index, (spec, module) in enumerate(own_blocks, start=len(graphs)):
+    for index, (block_spec, module) in enumerate(own_blocks, start=len(graphs)):
         if progress is not None:
-            progress(spec.filename, index, total)
-        graph = block_graph(spec, dims=_dims(config), opset=opset, seed=seed, metadata=essentials)
-        exported = export_one(graph, module, opset=opset, rule=rule, external_data=external_data)
+            progress(block_spec.filename, index, total)
+        graph_spec = block_graph(block_spec, dims=_dims(config), opset=opset, seed=seed, metadata=essentials)
+        exported = export_one(graph_spec, module, opset=opset, rule=rule, external_data=external_data)
         files |= exported.files
         entry, *block_goldens = exported.entries
         entries += [dataclasses.replace(entry, kind="block"), *block_goldens]

@@ -27,7 +27,7 @@ from onnxformer.builder.export.goldens import GoldenRecorder, golden_entries
 from onnxformer.builder.export.graph import DEFAULT_OPSET, check_graph, export_graph, io_specs
 from onnxformer.builder.export.parity import Cases, ParityRule, measure_parity
 from onnxformer.runtime.errors import ExportError
-from onnxformer.runtime.folder import sha256_bytes
+from onnxformer.runtime.folder import GraphBytes, sha256_bytes
 from onnxformer.runtime.manifest import FileEntry, GoldenGraph, Parity
 from onnxformer.runtime.session import create_session
 
@@ -124,11 +124,12 @@ def export_one(
 def reprove(
     spec: GraphSpec,
     module: nn.Module,
-    data: bytes,
+    data: bytes | GraphBytes,
     *,
     rule: ParityRule = ParityRule(),  # noqa: B008 (frozen)
 ) -> Parity:
-    """Parity of an already exported graph (its bytes) against `module`, on the spec's cases."""
+    """Parity of an already exported graph (its bytes, or them with its external tensors) against `module`,
+    on the spec's cases."""
     session = create_session(data, device="cpu")
     return measure_parity(
         spec.filename,

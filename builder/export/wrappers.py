@@ -147,8 +147,9 @@ class Encoder(nn.Module):
         return (self.block(hidden_states, attention_mask=attention_mask, position_bias=bias).hidden,)
 
 
-class Decoder(nn.Module):
-    """A decoder block without cross-attention; past key/value inputs when `cached`, relative bias if given.
+class _DecoderGraph(nn.Module):
+    """A decoder block's graph: past key/value inputs when `cached`, relative bias if given. `Decoder` and
+    `CrossDecoder` choose its inputs (their forward signatures differ, so neither extends the other).
 
     Optional graph inputs come last in the signature: the exporter binds example inputs in order.
     """
@@ -164,10 +165,6 @@ class Decoder(nn.Module):
         self.block = block
         self.relative = relative
         self.cached = cached
-
-    def forward(self, hidden_states, attention_mask, past_key=None, past_value=None):
-        # (B, T, D), (B, P + T), (B, H, P, Dh) x2 -> (B, T, D)[, present key/value (B, H, P + T, Dh)]
-        return self._run(hidden_states, attention_mask, None, None, past_key, past_value)
 
     def _run(self, hidden_states, attention_mask, memory, memory_mask, past_key, past_value):
         length, total = hidden_states.shape[1], attention_mask.shape[1]
@@ -186,7 +183,15 @@ class Decoder(nn.Module):
         return (result.hidden,)
 
 
-class CrossDecoder(Decoder):
+class Decoder(_DecoderGraph):
+    """A decoder block without cross-attention."""
+
+    def forward(self, hidden_states, attention_mask, past_key=None, past_value=None):
+        # (B, T, D), (B, P + T), (B, H, P, Dh) x2 -> (B, T, D)[, present key/value (B, H, P + T, Dh)]
+        return self._run(hidden_states, attention_mask, None, None, past_key, past_value)
+
+
+class CrossDecoder(_DecoderGraph):
     """A decoder block with cross-attention to the encoder output."""
 
     def forward(

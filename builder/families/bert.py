@@ -121,7 +121,8 @@ class BERT(nn.Module):
             dropout=config.dropout,
         )
         d_model = config.d_model
-        self.mlm_transform, self.mlm_decoder = None, None
+        self.mlm_transform: nn.Sequential | None = None
+        self.mlm_decoder: nn.Linear | None = None
         if config.mlm_head:
             self.mlm_transform = nn.Sequential(
                 nn.Linear(d_model, d_model),
@@ -150,7 +151,7 @@ class BERT(nn.Module):
         out = self.encoder(hidden, inputs, need_weights=need_weights)
         hidden = out.hidden  # (B, T, D)
         mlm_logits = None  # (B, T, V) with the head
-        if self.mlm_decoder is not None:
+        if self.mlm_transform is not None and self.mlm_decoder is not None:  # set together, with the head
             mlm_logits = self.mlm_decoder(self.mlm_transform(hidden))
         pooled = None if self.pooler is None else self.pooler(hidden[:, 0])  # (B, D)
         class_logits = None if self.classifier is None else self.classifier(pooled)  # (B, num_labels)

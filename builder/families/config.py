@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from onnxformer.builder.layers.checks import check_dropout, check_heads, check_kv_heads, check_positive
 from onnxformer.builder.layers.embedding import check_position_kind
-from onnxformer.builder.layers.options import BlockOptions, RotaryOptions
+from onnxformer.builder.layers.options import BlockOptions, RotaryOptions, rope_scaling_from_dict
 from onnxformer.builder.layers.stacks import RelativeOptions
 from onnxformer.runtime.errors import ConfigError
 
@@ -147,7 +147,7 @@ def _apply(block: BlockOptions, given: dict[str, Any], position: str) -> BlockOp
             if groups[group] is None:
                 raise ConfigError(f"{name} applies to rotary positions; set position='rotary' or drop it")
             if isinstance(value, dict) and field == "scaling":
-                value = RotaryOptions(scaling=value).scaling
+                value = rope_scaling_from_dict(value)
             groups[group] = replace(groups[group], **{field: value})
     return BlockOptions(**groups)
 

@@ -11,7 +11,7 @@ reuses them at every step; the self-attention cache goes in and out as explicit 
 """
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 import torch
 from torch import nn
@@ -20,11 +20,12 @@ from onnxformer.builder.families.config import from_preset, layer_options, relat
 from onnxformer.builder.layers.checks import check_positive
 from onnxformer.builder.layers.embedding import Embeddings, PositionKind
 from onnxformer.builder.layers.init import init_transformer_weights
-from onnxformer.builder.layers.options import BlockOptions, FeedForwardOptions
+from onnxformer.builder.layers.options import BlockOptions, FeedForwardOptions, NormOptions
 from onnxformer.builder.layers.stacks import (
     DecoderStack,
     EncoderStack,
     KeyValue,
+    RelativeOptions,
     final_norm,
     rename_legacy_keys,
 )
@@ -93,6 +94,14 @@ class T5DecoderOutput(NamedTuple):
     cross_attentions: tuple[torch.Tensor, ...]  # per layer (B, H, T, S) when need_weights
 
 
+class _StackOptions(TypedDict):
+    """What the encoder and decoder stacks share, as their keyword arguments."""
+
+    final_norm: NormOptions | None
+    relative: RelativeOptions | None
+    dropout: float
+
+
 class T5(nn.Module):
     def __init__(self, config: T5Config) -> None:
         super().__init__()
@@ -104,7 +113,7 @@ class T5(nn.Module):
             max_len=config.max_len,
             dropout=config.dropout,
         )
-        stack = {
+        stack: _StackOptions = {
             "final_norm": final_norm(config.block),
             "relative": relative_options(config),
             "dropout": config.dropout,

@@ -209,6 +209,7 @@ class MultiHeadAttention(nn.Module):
         if memory_key is not None:
             shape = {0: x.shape[0], 1: self.n_kv_heads, 3: self.head_dim}
             check_tensor(memory_key, "memory_key", dims=("B", "H", "S", "Dh"), sizes=shape)
+            assert memory_value is not None  # given together with memory_key (checked above)
             check_tensor(memory_value, "memory_value", dims=("B", "H", "S", "Dh"), sizes=shape)
             key, value = memory_key, memory_value  # (B, Hkv, S, Dh)
         else:
@@ -228,6 +229,7 @@ class MultiHeadAttention(nn.Module):
             query = self.rotary(query, positions)  # (B, H, T, Dh)
             key = self.rotary(key, positions)  # (B, Hkv, T, Dh)
         if past_key is not None:
+            assert past_value is not None  # given together with past_key (checked above)
             shape = dict(enumerate((x.shape[0], self.n_kv_heads, past_length, self.head_dim)))
             check_tensor(past_key, "past_key", dims=("B", "H", "P", "Dh"), sizes=shape)
             check_tensor(past_value, "past_value", dims=("B", "H", "P", "Dh"), sizes=shape)

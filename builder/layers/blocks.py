@@ -24,7 +24,7 @@ logits (T5 relative bias, computed once per stack and shared), or as rotary posi
 self-attention (options.rotary).
 """
 
-from typing import Any, NamedTuple
+from typing import NamedTuple, TypedDict
 
 import torch
 from torch import nn
@@ -34,6 +34,7 @@ from onnxformer.builder.layers.checks import check_tensor
 from onnxformer.builder.layers.feedforward import FeedForward
 from onnxformer.builder.layers.norms import make_norm
 from onnxformer.builder.layers.options import BlockOptions
+from onnxformer.builder.layers.positions import RopeScalingOptions
 from onnxformer.builder.layers.residual import ResidualNorm
 from onnxformer.runtime.errors import InputError
 
@@ -51,12 +52,34 @@ class DecoderBlockOutput(NamedTuple):
     cross_weights: torch.Tensor | None  # (B, H, T, S) when need_weights and cross-attention
 
 
+class _RotaryArguments(TypedDict, total=False):
+    """MultiHeadAttention's rotary numbers, from a block's rotary group."""
+
+    rotary_base: float
+    rope_scaling: RopeScalingOptions | None
+
+
+class _AttentionArguments(TypedDict):
+    """MultiHeadAttention's numbers, from a block's attention group."""
+
+    qkv_bias: bool
+    out_bias: bool
+    n_kv_heads: int | None
+    head_dim: int | None
+    scale: float | None
+    query_norm: nn.Module | None
+    key_norm: nn.Module | None
+    softcap: float | None
+
+
 def self_attention(
     d_model: int, n_heads: int, options: BlockOptions, *, dropout: float
 ) -> MultiHeadAttention:
     """The block's self-attention: its attention group, rotary positions when the block has them."""
     rotary = options.rotary
-    scaling = {} if rotary is None else {"rotary_base": rotary.base, "rope_scaling": rotary.scaling}
+    scaling: _RotaryArguments = (
+        {} if rotary is None else {"rotary_base": rotary.base, "rope_scaling": rotary.scaling}
+    )
     attention = _attention(options, n_heads, d_model)
     return MultiHeadAttention(
         d_model, n_heads, dropout=dropout, rotary=rotary is not None, **scaling, **attention
@@ -68,7 +91,7 @@ def _cross_attention(d_model: int, n_heads: int, options: BlockOptions, dropout:
     return MultiHeadAttention(d_model, n_heads, dropout=dropout, **_attention(options, n_heads, d_model))
 
 
-def _attention(options: BlockOptions, n_heads: int, d_model: int) -> dict[str, Any]:
+def _attention(options: BlockOptions, n_heads: int, d_model: int) -> _AttentionArguments:
     """The attention group as MultiHeadAttention's numbers; QK-norm uses the block's norm at Dh."""
     a, norm = options.attention, options.norm
     width = options.head_width(d_model, n_heads)
@@ -209,6 +232,7 @@ class DecoderBlock(nn.Module):
         x = self.self_attn_residual.after(x, attn.output)  # (B, T, D)
         cross_weights = None
         if self.cross_attn is not None:
+            assert self.cross_attn_residual is not None  # built with cross_attn
             cross = self.cross_attn(
                 self.cross_attn_residual.before(x),
                 memory=memory,

@@ -108,6 +108,14 @@ class AttentionOptions:
         _not_built("attention", self, sliding_window=None)
 
 
+def rope_scaling_from_dict(values: dict[str, Any]) -> RopeScalingOptions:
+    """RopeScalingOptions from a saved config's dict; ConfigError naming a field it does not have."""
+    try:
+        return RopeScalingOptions(**values)
+    except TypeError as error:
+        raise ConfigError(f"rotary.scaling {values!r}: {error}") from None
+
+
 @dataclass(frozen=True)
 class RotaryOptions:
     base: float = 10000.0  # rope_theta
@@ -117,10 +125,7 @@ class RotaryOptions:
     def __post_init__(self) -> None:
         _positive("rotary", "base", self.base)
         if isinstance(self.scaling, dict):  # a saved config
-            try:
-                object.__setattr__(self, "scaling", RopeScalingOptions(**self.scaling))
-            except TypeError as error:
-                raise ConfigError(f"rotary.scaling {self.scaling!r}: {error}") from None
+            object.__setattr__(self, "scaling", rope_scaling_from_dict(self.scaling))
         if self.scaling is not None and not isinstance(self.scaling, RopeScalingOptions):
             raise ConfigError(f"rotary.scaling must be RopeScalingOptions or None, got {self.scaling!r}")
         _positive("rotary", "fraction", self.fraction)

@@ -35,6 +35,8 @@ def default_positions(batch: int, length: int, *, past_length: int = 0, device=N
 class SinusoidalPositionalEncoding(nn.Module):
     """PE(pos, 2i) = sin(pos / base^(2i/D)), PE(pos, 2i+1) = cos(pos / base^(2i/D))."""
 
+    inv_freq: torch.Tensor  # (D/2,) buffer
+
     def __init__(self, d_model: int, *, base: float = 10000.0) -> None:
         super().__init__()
         check_positive(d_model=d_model, base=base)
@@ -183,6 +185,8 @@ class RotaryEmbedding(nn.Module):
     `base` is the checkpoint's rope_theta (10000 in RoFormer and Llama 2, 500000 in Llama 3); `scaling`
     stretches the frequencies for contexts longer than the model was trained on (see RopeScalingOptions).
     """
+
+    inv_freq: torch.Tensor  # (Dh/2,) buffer
 
     def __init__(
         self,

@@ -198,7 +198,15 @@ class DecoderStack(nn.Module):
     def cross_key_values(self, memory: torch.Tensor) -> tuple[KeyValue, ...]:
         """memory (B, S, D) -> per layer, the cross-attention (key, value), (B, H, S, Dh) each: they depend
         only on the encoder output, so a decoding loop computes them once per input."""
-        return tuple(block.cross_attn.project_memory(memory) for block in self.blocks)
+        pairs = []
+        for block in self.blocks:
+            assert isinstance(block, DecoderBlock)  # the stack's own blocks
+            if block.cross_attn is None:
+                raise InputError(
+                    "this decoder stack has no cross-attention; build it with cross_attention=True"
+                )
+            pairs.append(block.cross_attn.project_memory(memory))
+        return tuple(pairs)
 
     def forward(
         self,

@@ -39,6 +39,7 @@ from onnxformer.builder.optimize.fusion import (
 )
 from onnxformer.builder.optimize.onnx_graph import (
     GraphView,
+    all_found,
     axis_of,
     perm,
     remove_dead_nodes,
@@ -111,8 +112,8 @@ def _rotary(g: GraphView, heads: str) -> _Rotary | None:
     X * cos + cat(-X2, X1) * sin, with cos and sin Tile(Cos / Sin(positions * inv_freq), 2) (B, 1, T, Dh);
     or None."""
     add = g.node(heads, "Add")
-    products = [g.node(name, "Mul") for name in add.input] if add is not None else []
-    if len(products) != 2 or any(p is None for p in products):
+    products = all_found(g.node(name, "Mul") for name in add.input) if add is not None else None
+    if products is None or len(products) != 2:
         return None
     for straight, rotated in (products, products[::-1]):
         for x_side in (0, 1):
@@ -124,7 +125,9 @@ def _rotary(g: GraphView, heads: str) -> _Rotary | None:
                     source = heads_source(g, x)
                     if source is not None and found[0] is not None and found[0] == found[1]:
                         positions, inv_freq = found[0]
-                        return _Rotary(source, positions, g.constant(inv_freq))
+                        frequencies = g.constant(inv_freq)
+                        assert frequencies is not None  # _angles took inv_freq only as a constant
+                        return _Rotary(source, positions, frequencies)
     return None
 
 
@@ -135,7 +138,7 @@ def _rotate_half(g: GraphView, name: str) -> str | None:
         return None
     neg = g.node(concat.input[0], "Neg")
     split = g.node(neg.input[0], "Split") if neg is not None else None
-    if split is None or len(split.output) != 2 or axis_of(split) not in (-1, 3):
+    if neg is None or split is None or len(split.output) != 2 or axis_of(split) not in (-1, 3):
         return None
     if list(split.output) != [concat.input[1], neg.input[0]]:
         return None
@@ -147,7 +150,7 @@ def _angles(g: GraphView, name: str, op: str) -> tuple[str, str] | None:
     inv_freq)), [1, 1, 1, 2]); else None."""
     tile = g.node(name, "Tile")
     repeats = g.constant(tile.input[1]) if tile is not None else None
-    if repeats is None or repeats.reshape(-1).tolist() != [1, 1, 1, 2]:
+    if tile is None or repeats is None or repeats.reshape(-1).tolist() != [1, 1, 1, 2]:
         return None
     node = g.node(tile.input[0], "Expand")
     trig = g.node(node.input[0] if node is not None else tile.input[0], op)
@@ -201,9 +204,9 @@ class _Builder:
         key = rotary.inv_freq.tobytes()
         if key not in self.trig:
             angles = np.arange(max_positions, dtype=np.float64)[:, None] * rotary.inv_freq[None, :]
-            self.trig[key] = tuple(
-                self.g.add_initializer(f(angles).astype(np.float32), name)
-                for f, name in ((np.cos, "cos"), (np.sin, "sin"))
+            self.trig[key] = (
+                self.g.add_initializer(np.cos(angles).astype(np.float32), "cos"),
+                self.g.add_initializer(np.sin(angles).astype(np.float32), "sin"),
             )
         cos, sin = self.trig[key]
         return self.add(
@@ -326,11 +329,11 @@ def pack_cached_qkv(model: onnx.ModelProto) -> int:
     packed = 0
     for node in [n for n in g.graph.node if n.op_type == "GroupQueryAttention"]:
         parts = [projection(g, name) for name in node.input[:3]]
-        matmuls = [g.node(part.matmul_output, "MatMul") for part in parts]
-        if any(m is None for m in matmuls) or len({m.input[0] for m in matmuls}) != 1:
+        matmuls = all_found(g.node(part.matmul_output, "MatMul") for part in parts)
+        if matmuls is None or len({m.input[0] for m in matmuls}) != 1:
             continue
-        weights = [g.constant(m.input[1]) for m in matmuls]
-        if any(w is None or w.ndim != 2 for w in weights):
+        weights = all_found(g.constant(m.input[1]) for m in matmuls)
+        if weights is None or any(w.ndim != 2 for w in weights):
             continue
         if len({part.bias is None for part in parts}) != 1:
             continue
@@ -338,7 +341,10 @@ def pack_cached_qkv(model: onnx.ModelProto) -> int:
         qkv = g.fresh("qkv")
         g.graph.node.append(helper.make_node("MatMul", [matmuls[0].input[0], joined], [qkv], name=qkv))
         if parts[0].bias is not None:
-            bias = g.add_initializer(np.concatenate([g.constant(part.bias) for part in parts]), "qkv_bias")
+            # every part has a bias (checked above), which projection() took only as a constant
+            biases = all_found(g.constant(part.bias) for part in parts if part.bias is not None)
+            assert biases is not None and len(biases) == len(parts)
+            bias = g.add_initializer(np.concatenate(biases), "qkv_bias")
             biased = g.fresh("qkv_biased")
             g.graph.node.append(helper.make_node("Add", [qkv, bias], [biased], name=biased))
             qkv = biased

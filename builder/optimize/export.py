@@ -238,7 +238,7 @@ def optimize_export(
     originals = {path: files[path] for path in graphs}
     cache = manifest.kv_cache
     in_place = fuse and kv_cache == "in-place" and cache is not None and not manifest.task_spec.cross
-    if in_place:
+    if in_place and cache is not None:  # (in_place needs a cache)
         cache = dataclasses.replace(cache, layout=IN_PLACE_LAYOUT)
         manifest = dataclasses.replace(manifest, kv_cache=cache)
 
@@ -303,7 +303,7 @@ def optimize_export(
             # An int8 graph no longer matches PyTorch to fp32 tolerance: its parity record would mislead.
             parity = entry.parity if quantize is None else None
             entry = dataclasses.replace(entry, sha256=sha256_bytes(data), size=len(data), parity=parity)
-            if in_place and entry.path == manifest.graphs.get("decoder"):
+            if in_place and cache is not None and entry.path == manifest.graphs.get("decoder"):
                 entry = _buffer_shapes(entry, cache)
         entries.append(entry)
     updated = dataclasses.replace(
@@ -311,8 +311,8 @@ def optimize_export(
     )
     if quantize is not None:
         updated = _int8_goldens(updated, agreement)
-    kept = {entry.path for entry in updated.files}
-    write_export_folder(Path(out), {path: data for path, data in files.items() if path in kept}, updated)
+    listed = {entry.path for entry in updated.files}
+    write_export_folder(Path(out), {path: data for path, data in files.items() if path in listed}, updated)
     return updated
 
 

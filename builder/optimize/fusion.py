@@ -33,6 +33,7 @@ from onnx import helper
 
 from onnxformer.builder.optimize.onnx_graph import (
     GraphView,
+    all_found,
     axis_of,
     perm,
     remove_dead_nodes,
@@ -284,7 +285,8 @@ def _replace(g: GraphView, masks: Masks, match: _Match, num_heads: int) -> list[
     key, value = kv.key, kv.value
     if k is not None and v is not None and q.bias and k.bias and v.bias:
         # The three biases go into the node: no separate Add pass over each projection.
-        values = [g.constant(name) for name in (q.bias, k.bias, v.bias)]
+        values = all_found(g.constant(name) for name in (q.bias, k.bias, v.bias))
+        assert values is not None  # projection() took each bias only as a constant
         bias = g.add_initializer(np.concatenate(values).astype(np.float32), "qkv_bias")  # (3 D,)
         query, key, value = q.matmul_output, k.matmul_output, v.matmul_output
     elif k is not None and v is not None:
@@ -320,11 +322,11 @@ def pack_qkv(model: onnx.ModelProto) -> int:
     for node in [n for n in g.graph.node if n.op_type == "MultiHeadAttention"]:
         if len(node.input) < 3:
             continue
-        matmuls = [g.node(name, "MatMul") for name in node.input[:3]]
-        if any(m is None for m in matmuls) or len({m.input[0] for m in matmuls}) != 1:
+        matmuls = all_found(g.node(name, "MatMul") for name in node.input[:3])
+        if matmuls is None or len({m.input[0] for m in matmuls}) != 1:
             continue
-        weights = [g.constant(m.input[1]) for m in matmuls]
-        if any(w is None or w.ndim != 2 for w in weights):
+        weights = all_found(g.constant(m.input[1]) for m in matmuls)
+        if weights is None or any(w.ndim != 2 for w in weights):
             continue
         joined = g.add_initializer(np.concatenate(weights, axis=1), "qkv_weight")  # (D, 3 D)
         sizes = g.add_initializer(np.array([w.shape[1] for w in weights], np.int64), "qkv_sizes")

@@ -2,9 +2,21 @@
 fresh names; dropping dead nodes, restoring topological order; and one rewrite that needs nothing else
 (`share_input_shapes`). Used by the fusions in `fusion.py`."""
 
+from collections.abc import Iterable
+from typing import TypeVar
+
 import numpy as np
 import onnx
 from onnx import numpy_helper
+
+T = TypeVar("T")
+
+
+def all_found(items: Iterable[T | None]) -> list[T] | None:
+    """The items, or None when any of them was not found (a pattern that does not match)."""
+    looked_up = list(items)
+    found = [item for item in looked_up if item is not None]
+    return found if len(found) == len(looked_up) else None
 
 
 class GraphView:

@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from tokenizers import Tokenizer
-from torch import nn
 
-from onnxformer.builder.families import FAMILIES
+from onnxformer.builder.families import FAMILIES, FamilyModel
 from onnxformer.builder.pretrained import bert, gpt2, llama_like, t5
 from onnxformer.builder.pretrained.folder import is_pretrained_folder, read_config, read_weights
 from onnxformer.builder.pretrained.generation import generation_settings
@@ -51,7 +50,7 @@ MODEL_TYPES = {arch.model_type: name for name, arch in reversed(ARCHITECTURES.it
 class Pretrained:
     family: str  # our family: the FAMILIES key of the config's class
     architecture: str  # the checkpoint's ("BertModel", "LlamaForCausalLM", ...)
-    model: nn.Module  # in eval mode, fp32
+    model: FamilyModel  # in eval mode, fp32
     tokenizer: Tokenizer  # its own tokenizer.json, padding and truncation removed
     special_tokens: dict[str, int]  # role -> id, the roles the tokenizer has (pad always)
     framing: Framing  # the special tokens around a text (the post-processor's), its max_seq_length

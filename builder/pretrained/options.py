@@ -7,13 +7,14 @@ from typing import Any
 
 import torch
 
+from onnxformer.builder.layers.feedforward import Activation
 from onnxformer.builder.layers.positions import RopeScalingOptions
 from onnxformer.builder.pretrained.mapping import Take
 from onnxformer.runtime.errors import ModelImportError
 
 REQUIRED = object()
 # transformers' hidden_act names -> ours. gelu_new, gelu_pytorch_tanh: the tanh form (GPT-2, T5 v1.1).
-ACTIVATIONS = {
+ACTIVATIONS: dict[str, Activation] = {
     "relu": "relu",
     "gelu": "gelu",
     "gelu_new": "gelu_tanh",
@@ -45,7 +46,7 @@ def get(hf: dict[str, Any], *names: str, default: Any = REQUIRED) -> Any:
     return default
 
 
-def activation(name: Any, *, field: str) -> str:
+def activation(name: Any, *, field: str) -> Activation:
     if name not in ACTIVATIONS:
         raise ModelImportError(
             f"config.json {field}={name!r} is an activation onnxformer cannot represent; supported: "
@@ -67,6 +68,7 @@ def rope(hf: dict[str, Any]) -> tuple[float, RopeScalingOptions | None]:
     """(rope_theta, scaling): 4.x writes rope_theta and rope_scaling at the top level, 5.x one
     rope_parameters dict holding both."""
     parameters = hf.get("rope_parameters")
+    scaling: dict[str, Any] | None
     if isinstance(parameters, dict):
         theta = parameters.get("rope_theta", hf.get("rope_theta", 10000.0))
         scaling = parameters

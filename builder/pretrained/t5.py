@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from onnxformer.builder.families import T5Config
+from onnxformer.builder.layers.feedforward import Activation
 from onnxformer.builder.layers.options import AttentionOptions, BlockOptions, FeedForwardOptions, NormOptions
 from onnxformer.builder.pretrained.mapping import Take
 from onnxformer.builder.pretrained.options import Architecture, activation, get, head_tied
@@ -20,7 +21,7 @@ from onnxformer.builder.pretrained.options import Architecture, activation, get,
 ATTENTION = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj"}
 
 
-def _feed_forward(hf: dict[str, Any]) -> tuple[str, bool]:
+def _feed_forward(hf: dict[str, Any]) -> tuple[Activation, bool]:
     """(activation, gated) from feed_forward_proj ("relu", "gated-gelu", ...) and dense_act_fn."""
     projection = str(get(hf, "feed_forward_proj", default="relu"))
     gated = projection.startswith("gated-")

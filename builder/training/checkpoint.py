@@ -27,7 +27,7 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from onnxformer.builder.atomic import check_replaceable, write_folder_atomically
-from onnxformer.builder.families import FAMILIES
+from onnxformer.builder.families import FAMILIES, FamilyModel
 from onnxformer.builder.families.config import config_from_dict
 from onnxformer.runtime.errors import ConfigError, OnnxformerError
 
@@ -49,7 +49,7 @@ class CheckpointError(OnnxformerError):
 @dataclass
 class Checkpoint:
     family: str
-    model: nn.Module
+    model: FamilyModel
     tokenizer: Tokenizer
     step: int
     metrics: dict[str, Any] = field(default_factory=dict)

@@ -11,10 +11,12 @@ from onnxformer.builder.training.bert_task import BERTTask
 from onnxformer.builder.training.gpt_task import GPTTask
 from onnxformer.builder.training.t5_task import T5Task
 
+TrainingTask = GPTTask | BERTTask | T5Task
+
 
 @dataclass(frozen=True)
 class FamilyTraining:
-    task: type  # builtin_corpus(seed, val_fraction=) and from_file(path, seed, val_fraction=)
+    task: type[TrainingTask]  # builtin_corpus(seed, val_fraction=) and from_file(path, seed, val_fraction=)
     steps: int  # default optimizer steps on the built-in corpus
     learning_rate: float  # default peak learning rate
     headline: str  # the metric that says whether the model learned its task

@@ -108,11 +108,12 @@ class Context:
             from torch.distributed.fsdp import fully_shard
 
             self.mesh = init_device_mesh(self.device.type, (self.world_size,))
-            return fully_shard(model, mesh=self.mesh)
+            fully_shard(model, mesh=self.mesh)  # shards `model` in place (and returns it, typed FSDPModule)
+            return model
         ids = [self.device.index] if self.device.type == "cuda" else None
         return nn.parallel.DistributedDataParallel(model, device_ids=ids)
 
-    def full_state(self, model: nn.Module) -> dict[str, torch.Tensor] | None:
+    def full_state(self, model: nn.Module) -> dict[str, Any] | None:
         """The whole model's state dict on rank 0 (None elsewhere); every process must call it."""
         if self.fsdp and self.distributed:
             from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict

@@ -9,10 +9,9 @@ The same names as the family configs (and the CLI's --d-model ... options, which
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from onnxformer.runtime.errors import ConfigError, InputError
 
@@ -47,15 +46,27 @@ def read_model_config(path: str | os.PathLike) -> dict[str, Any]:
         raise InputError(f"model config {path} does not exist; check the path") from None
     except (OSError, UnicodeDecodeError) as error:
         raise InputError(f"model config {path} cannot be read as UTF-8 text ({error})") from None
-    try:
-        if path.suffix == ".toml":
-            values = tomllib.loads(text)
-        elif path.suffix == ".json":
+    if path.suffix == ".toml":
+        values = _read_toml(text, path)
+    elif path.suffix == ".json":
+        try:
             values = json.loads(text)
-        else:
-            raise ConfigError(f"model config {path}: name a .json or .toml file")
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError(f"model config {path} is not valid {path.suffix[1:].upper()}: {error}") from None
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"model config {path} is not valid JSON: {error}") from None
+    else:
+        raise ConfigError(f"model config {path}: name a .json or .toml file")
     if not isinstance(values, dict):
         raise ConfigError(f'model config {path} must hold one object of fields, like {{"d_model": 256}}')
     return check_model_fields(values, source=str(path))
+
+
+def _read_toml(text: str, path: Path) -> Any:
+    # tomllib is Python 3.11's; onnxformer runs on 3.10 too, where only JSON configs can be read.
+    if sys.version_info >= (3, 11):
+        import tomllib
+
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as error:
+            raise ConfigError(f"model config {path} is not valid TOML: {error}") from None
+    raise ConfigError(f"model config {path}: reading TOML needs Python 3.11 or later; give a .json file")

@@ -24,7 +24,8 @@ def parameter_groups(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Para
             linear.add(id(module.weight))
         elif isinstance(module, nn.Embedding):
             embedding.add(id(module.weight))
-    decay, no_decay = [], []
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for parameter in model.parameters():  # deduplicated: a tied weight appears once
         if not parameter.requires_grad:
             continue

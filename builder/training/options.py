@@ -48,6 +48,14 @@ class TrainOptions:
     patience: int | None = None  # evaluations without improvement before stopping; 0: never
     fsdp: bool = False  # shard parameters over the processes (torch.distributed.fsdp.fully_shard)
 
+    def plan(self) -> "RunPlan":
+        """The numbers of options `resolved` has filled in; ConfigError naming any still unset."""
+        values = {item.name: getattr(self, item.name) for item in fields(RunPlan)}
+        unset = sorted(name for name, value in values.items() if value is None)
+        if unset:
+            raise ConfigError(f"training options {unset} are unset; resolve the options first (resolved())")
+        return RunPlan(**values)
+
     def validated(self) -> "TrainOptions":
         """Every value that does not depend on the data checked, the model config among them."""
         if self.family not in TRAINING:
@@ -118,6 +126,19 @@ class TrainOptions:
                 else options.quality_samples
             ),
         )
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """The numbers a run goes by: the fields of its resolved TrainOptions that may be None before."""
+
+    steps: int
+    learning_rate: float
+    warmup_steps: int
+    eval_every: int
+    save_every: int
+    patience: int
+    quality_samples: int
 
 
 def explicit_changes(options: TrainOptions) -> dict[str, Any]:

@@ -24,7 +24,7 @@ import torch
 from tokenizers import Tokenizer
 
 from onnxformer.builder.data import read_text_file
-from onnxformer.builder.families import FAMILIES
+from onnxformer.builder.families import FAMILIES, FamilyModel
 from onnxformer.builder.tokenizer import train_tokenizer
 from onnxformer.builder.training.batching import Truncation
 from onnxformer.builder.training.checkpoint import (
@@ -37,10 +37,10 @@ from onnxformer.builder.training.checkpoint import (
     save_checkpoint,
     unique_state_dict,
 )
-from onnxformer.builder.training.defaults import TRAINING
+from onnxformer.builder.training.defaults import TRAINING, TrainingTask
 from onnxformer.builder.training.distributed import Context, context, unwrap
 from onnxformer.builder.training.optimizer import make_optimizer
-from onnxformer.builder.training.options import TrainOptions, apply_resume_changes, explicit_changes
+from onnxformer.builder.training.options import RunPlan, TrainOptions, apply_resume_changes, explicit_changes
 from onnxformer.builder.training.plot import loss_curve_png
 from onnxformer.builder.versions import tool_versions
 
@@ -71,11 +71,11 @@ def _corpus_digest(options: TrainOptions) -> str | None:
     return hashlib.sha256(read_text_file(options.corpus).encode("utf-8")).hexdigest()
 
 
-def _schedule(options: TrainOptions) -> Callable[[int], float]:
+def _schedule(plan: RunPlan) -> Callable[[int], float]:
     def factor(step: int) -> float:
-        if step < options.warmup_steps:
-            return (step + 1) / options.warmup_steps
-        progress = (step - options.warmup_steps) / max(1, options.steps - options.warmup_steps)
+        if step < plan.warmup_steps:
+            return (step + 1) / plan.warmup_steps
+        progress = (step - plan.warmup_steps) / max(1, plan.steps - plan.warmup_steps)
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
     return factor
@@ -112,7 +112,7 @@ class _Saved:
     """What a resumed run starts from: its checkpoint, read back, and the options it continues with."""
 
     options: TrainOptions
-    model: torch.nn.Module
+    model: FamilyModel
     tokenizer: Tokenizer
     state: dict[str, Any]
     history: dict[str, list]
@@ -133,6 +133,7 @@ def _load_saved(out: Path, options: TrainOptions, changes: Mapping[str, Any] | N
     if _corpus_digest(resumed) != saved.extra.get("corpus_sha256"):
         raise CheckpointError(f"--resume: {resumed.corpus} changed since the run began; start a new run")
     state = saved.training_state
+    assert state is not None  # loaded with_training_state, or load_checkpoint raised
     best = saved.extra.get("best")
     # A copy: on CPU the state dict shares the parameters' memory, which the latest weights (next line),
     # then training, would overwrite.
@@ -146,8 +147,10 @@ def _already_complete(saved: _Saved, out: Path, started: float) -> TrainResult |
     extra, step = saved.checkpoint.extra, saved.checkpoint.step
     saved_steps = int(extra["train_options"]["steps"])
     finished = extra.get("complete", step >= saved_steps)
+    wanted_steps = saved.options.steps
+    assert wanted_steps is not None  # the saved run's options were resolved; a resume sets steps, not None
     # A finished run (its steps done, or stopped early) trains again only when given more steps.
-    if not finished or saved.options.steps > max(step, saved_steps):
+    if not finished or wanted_steps > max(step, saved_steps):
         return None
     parameters = sum(p.numel() for p in saved.model.parameters())
     return TrainResult(
@@ -163,7 +166,7 @@ def _already_complete(saved: _Saved, out: Path, started: float) -> TrainResult |
     )
 
 
-def _new_model(options: TrainOptions, ctx: Context, texts: list[str]) -> tuple[torch.nn.Module, Tokenizer]:
+def _new_model(options: TrainOptions, ctx: Context, texts: list[str]) -> tuple[FamilyModel, Tokenizer]:
     """The tokenizer (trained on rank 0, sent to the others) and the model, initialised alike everywhere."""
     text = train_tokenizer(texts, vocab_size=options.vocab_size).to_str() if ctx.is_main else None
     tokenizer = Tokenizer.from_str(ctx.broadcast(text))
@@ -223,16 +226,17 @@ def _train(
     run = _begin(out, options, saved, ctx, started, _Reporter(ctx, report))
     if saved is not None:
         run.restore(saved.state)
-    end = run.options.steps if stop_after is None else min(run.options.steps, run.step + stop_after)
+    plan = run.plan
+    end = plan.steps if stop_after is None else min(plan.steps, run.step + stop_after)
     throughput = _Throughput()
     while run.step < end and not run.stopped:
         loss, tokens = run.take_step()
         rate = throughput.add(tokens)
         if progress is not None and ctx.is_main:
-            progress(run.step, run.options.steps, loss, rate)
-        if run.step % run.options.eval_every == 0 or run.step == run.options.steps:
+            progress(run.step, plan.steps, loss, rate)
+        if run.step % plan.eval_every == 0 or run.step == plan.steps:
             run.evaluate()
-        if run.step % run.options.save_every == 0 and run.step < run.options.steps and not run.stopped:
+        if run.step % plan.save_every == 0 and run.step < plan.steps and not run.stopped:
             run.save({}, final=False)
     return run.finish()
 
@@ -266,7 +270,7 @@ class _Throughput:
         return self.tokens / max(time.perf_counter() - self.since, 1e-9)
 
 
-def _task(options: TrainOptions) -> Any:
+def _task(options: TrainOptions) -> TrainingTask:
     """The family's task (batches, losses, evaluation) over the built-in corpus or the user's file."""
     task = TRAINING[options.family].task
     if options.corpus is None:
@@ -288,6 +292,7 @@ def _begin(
     """A run ready to train: the task's data, the model (new or saved), optimizer and schedule."""
     task = _task(options)
     options = options.resolved(train_items=task.train_items())
+    plan = options.plan()
     if saved is None:
         model, tokenizer = _new_model(options, ctx, task.tokenizer_texts())
         history: dict[str, list] = {"step": [], "train_loss": [], "eval_step": [], "val_loss": []}
@@ -300,19 +305,19 @@ def _begin(
         reporter.say(cut, warning=True)
     evaluator = copy.deepcopy(model) if ctx.fsdp else None  # rank 0's unsharded copy under FSDP
     wrapped = ctx.wrap(model)
-    optimizer = make_optimizer(
-        wrapped, learning_rate=options.learning_rate, weight_decay=options.weight_decay
-    )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(options))
+    optimizer = make_optimizer(wrapped, learning_rate=plan.learning_rate, weight_decay=options.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(plan))
     generator = torch.Generator().manual_seed(options.seed)  # the same on every process
     torch.manual_seed(options.seed + ctx.rank)  # dropout: its own stream per process
     return _Run(
         out=out,
         options=options,
+        plan=plan,
         ctx=ctx,
         task=task,
         tokenizer=tokenizer,
         truncation=truncation,
+        model=model,
         wrapped=wrapped,
         evaluator=evaluator,
         optimizer=optimizer,
@@ -333,12 +338,14 @@ class _Run:
 
     out: Path
     options: TrainOptions  # resolved: the steps and evaluation cadence are numbers
+    plan: RunPlan  # those numbers
     ctx: Context
     task: Any  # the family's task: GPTTask, BERTTask or T5Task
     tokenizer: Tokenizer
     truncation: Truncation
+    model: FamilyModel  # the model itself (unwrapped)
     wrapped: torch.nn.Module  # the model as trained: itself, in DDP, or sharded by FSDP
-    evaluator: torch.nn.Module | None  # rank 0's unsharded copy under FSDP
+    evaluator: FamilyModel | None  # rank 0's unsharded copy under FSDP
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
     generator: torch.Generator  # draws the batches: the same on every process
@@ -385,13 +392,13 @@ class _Run:
 
     def evaluate(self) -> None:
         """Rank 0 evaluates on the held-out split; every process hears the verdict, and may stop early."""
-        current = self.full_model()
-        verdict = self.ctx.broadcast(self._judge(current) if self.ctx.is_main else None)
+        current = self.full_model()  # None off rank 0
+        verdict = self.ctx.broadcast(self._judge(current) if current is not None else None)
         say = self.reporter.say
         say(verdict["line"])
         if verdict["overfit"] and not any(w.startswith("held-out loss rose") for w in self.reporter.warnings):
             say(verdict["overfit"], warning=True)
-        if verdict["stop"] and self.step < self.options.steps:
+        if verdict["stop"] and self.step < self.plan.steps:
             self.stopped = True
             say(
                 f"stopping early at step {self.step}: no better held-out loss in {self.options.patience} "
@@ -407,7 +414,8 @@ class _Run:
         if improved:
             self.best = {"step": self.step, **metrics}
             self.best_weights = {k: v.clone() for k, v in unique_state_dict(current).items()}
-        best_step, patience = self.best["step"], self.options.patience
+        assert self.best is not None  # kept before, or just now
+        best_step, patience = self.best["step"], self.plan.patience
         shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
         return {
             "line": f"step {self.step}: {shown}" + (" (best so far)" if improved else ""),
@@ -415,13 +423,14 @@ class _Run:
             "stop": patience > 0 and _evals_since(self.history, best_step) >= patience,
         }
 
-    def full_model(self) -> torch.nn.Module | None:
+    def full_model(self) -> FamilyModel | None:
         """Rank 0's model with the current weights (collective under FSDP), None on the others."""
         weights = self.ctx.full_state(self.wrapped)
         if not self.ctx.is_main:
             return None
         if self.evaluator is None:
-            return unwrap(self.wrapped)
+            return self.model  # unwrap(self.wrapped): the model itself, trained in place
+        assert weights is not None  # rank 0 gets the full state
         self.evaluator.load_state_dict(weights)
         return self.evaluator
 
@@ -433,6 +442,7 @@ class _Run:
         cuda_rng = self.ctx.gather(torch.cuda.get_rng_state()) if self.ctx.device.type == "cuda" else None
         self.ctx.barrier()
         if self.ctx.is_main:
+            assert current is not None  # rank 0 has the full model
             state = self._training_state(current, optimizer_state, rng, cuda_rng)
             files = {}
             if final:
@@ -477,7 +487,7 @@ class _Run:
 
     def finish(self) -> TrainResult:
         """The last checkpoint (with the final metrics, of the best weights, once complete) and the result."""
-        complete = self.step >= self.options.steps or self.stopped
+        complete = self.step >= self.plan.steps or self.stopped
         metrics: dict[str, Any] = {}
         samples: list[str] = []
         if complete and self.ctx.is_main:
@@ -500,7 +510,9 @@ class _Run:
 
     def _final_metrics(self) -> tuple[dict[str, Any], list[str]]:
         """Rank 0: the held-out metrics and quality check of the best weights, and the samples drawn."""
-        final_model = full_model_copy(self.full_model(), self.best_weights)
+        current = self.full_model()
+        assert current is not None  # rank 0 has the full model
+        final_model = full_model_copy(current, self.best_weights)
         quality = self.task.quality(final_model, seed=self.options.seed, samples=self.options.quality_samples)
         metrics = {**self.task.evaluate(final_model), **quality}
         metrics["best_step"] = self.best["step"] if self.best else self.step

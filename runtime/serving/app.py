@@ -28,11 +28,14 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import asdict, dataclass, is_dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from onnxformer.runtime.errors import ConfigError, InputError, OnnxformerError
 from onnxformer.runtime.generation_options import DEFAULTS, KINDS, OPTIONS, GenerationOptions
 from onnxformer.runtime.serving.tasks import Model, Task, require, task_for
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +137,7 @@ def _option(name: str, value: Any, limits: Limits, bounds: dict[str, tuple[float
     return _number(name, value, kind, low, high)
 
 
-def _list(name: str, value: Any, limits: Limits) -> list:
+def _list(name: str, value: Any, limits: Limits) -> list[Any]:
     if not isinstance(value, list):
         raise RequestError(422, name, f"must be a list, got {type(value).__name__}")
     if len(value) > limits.max_texts:
@@ -199,7 +202,7 @@ def _plain(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
-def create_app(model: Model, *, limits: Limits | None = None):
+def create_app(model: Model, *, limits: Limits | None = None) -> "Starlette":
     """The ASGI application serving `model` (from `onnxformer.runtime.load`)."""
     require("starlette", "serve")
     from starlette.applications import Starlette
@@ -244,6 +247,7 @@ def create_app(model: Model, *, limits: Limits | None = None):
         try:
             texts, options, stream = parse_request(await read_body(request), task, limits)
             if stream:
+                assert task.stream is not None  # parse_request takes "stream" only for a task that streams
                 pieces = await run_in_threadpool(task.stream, model, texts[0], options)  # checks first
                 return StreamingResponse(
                     _events(iterate_in_threadpool(pieces)), media_type="text/event-stream"
@@ -295,7 +299,7 @@ def _event(kind: str, data: dict[str, Any]) -> bytes:
 
 
 def serve_local(
-    folder: str | os.PathLike,
+    folder: str | os.PathLike[str],
     *,
     host: str = "127.0.0.1",
     port: int = 8000,
@@ -341,7 +345,8 @@ def background_server(app: Any, *, host: str = "127.0.0.1", port: int = 0) -> It
 
 def read_events(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
     """Parse a server-sent event stream into (event, data) pairs (for clients and tests)."""
-    kind, data = "message", []
+    kind = "message"
+    data: list[str] = []
     for line in lines:
         line = line.rstrip("\r\n")
         if not line:

@@ -24,14 +24,16 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import numpy as np
 
+from onnxformer.runtime.encoder import TextEncoder
 from onnxformer.runtime.errors import ConfigError, InferenceError, InputError, OnnxformerError
 from onnxformer.runtime.loader import load
 from onnxformer.runtime.serving.jsonl import Record, check_output, output_line, read_records, write_lines
 from onnxformer.runtime.serving.tasks import TASKS, GenerationOptions, Task, task_for, texts_of
+from onnxformer.runtime.session import Device
 
 # The fields an earlier output has: --overwrite replaces only such a file.
 OUTPUT_FIELDS = tuple(task.output for task in TASKS.values())
@@ -49,13 +51,13 @@ class BatchPredictor:
 
     def __init__(
         self,
-        folder: str | os.PathLike,
+        folder: str | os.PathLike[str],
         *,
         column: str = TEXT,
         batch_size: int = 32,
         options: GenerationOptions | None = None,
         threads: int | None = None,
-        device: str = "auto",
+        device: Device = "auto",
         errors: Literal["raise", "column"] = "raise",
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -92,11 +94,13 @@ class BatchPredictor:
         return {**batch, self.task.output: values, **extra}
 
     def _placeholder(self, rows: int) -> Any:
-        if self.task.output == "embedding":
+        if isinstance(self.model, TextEncoder):  # the embed task
             return np.zeros((rows, self.model.dim), dtype=np.float32)
         return [""] * rows
 
-    def _culprit(self, chunk: list[str], start: int, batch: dict[str, np.ndarray], error: InputError):
+    def _culprit(
+        self, chunk: list[str], start: int, batch: dict[str, np.ndarray], error: InputError
+    ) -> InputError:
         """The first row of a failed chunk that fails alone, named by its input line when known."""
         for offset, text in enumerate(chunk):
             try:
@@ -106,6 +110,15 @@ class BatchPredictor:
                 prefix = f"line {where}" if LINE in batch else where
                 return InputError(f"{prefix}: {alone}", field=alone.field)
         return error
+
+
+class PredictorOptions(TypedDict):
+    """The `BatchPredictor` keywords `run_batch` passes, in both modes (Ray: `fn_constructor_kwargs`)."""
+
+    column: str
+    batch_size: int
+    options: GenerationOptions | None
+    threads: int | None
 
 
 @dataclass(frozen=True)
@@ -124,9 +137,9 @@ class BatchRun:
 
 
 def run_batch(
-    folder: str | os.PathLike,
-    source: str | os.PathLike,
-    out: str | os.PathLike,
+    folder: str | os.PathLike[str],
+    source: str | os.PathLike[str],
+    out: str | os.PathLike[str],
     *,
     column: str = TEXT,
     batch_size: int = 32,
@@ -149,7 +162,12 @@ def run_batch(
             f"--out {out} is the input file; write the results to another file (the input is kept as it is)"
         )
     check_output(out, overwrite=overwrite, outputs=OUTPUT_FIELDS)
-    kwargs = {"column": TEXT, "batch_size": batch_size, "options": options, "threads": threads}
+    kwargs: PredictorOptions = {
+        "column": TEXT,
+        "batch_size": batch_size,
+        "options": options,
+        "threads": threads,
+    }
     started = time.perf_counter()
     try:
         if ray_address is None:
@@ -174,7 +192,7 @@ def run_batch(
     return BatchRun(Path(out), written, task.name, mode, seconds)
 
 
-def _same_file(source: str | os.PathLike, out: str | os.PathLike) -> bool:
+def _same_file(source: str | os.PathLike[str], out: str | os.PathLike[str]) -> bool:
     """Whether `out` names `source` (the same path, or a link or another path to the same file)."""
     try:
         return os.path.samefile(source, out)
@@ -207,7 +225,7 @@ def _local(
             progress(done)
 
 
-def _peek_task(folder: str | os.PathLike, options: GenerationOptions | None) -> Task:
+def _peek_task(folder: str | os.PathLike[str], options: GenerationOptions | None) -> Task:
     """The folder's task, checked against the options, before Ray starts anything (loads it once here:
     the driver also checks the folder's hashes before shipping the path to the actors)."""
     task = task_for(load(folder, device="cpu", threads=1))
@@ -216,9 +234,9 @@ def _peek_task(folder: str | os.PathLike, options: GenerationOptions | None) -> 
 
 
 def _on_ray(
-    folder: str | os.PathLike,
+    folder: str | os.PathLike[str],
     records: list[Record],
-    kwargs: dict[str, Any],
+    kwargs: PredictorOptions,
     *,
     ray_address: str,
     actors: int,

@@ -25,7 +25,7 @@ class Record:
     text: str  # fields[column]
 
 
-def read_records(path: str | os.PathLike, *, column: str, output: str) -> list[Record]:
+def read_records(path: str | os.PathLike[str], *, column: str, output: str) -> list[Record]:
     """The records of a JSONL file; `output` is the field the task will add, which must not exist yet."""
     path = Path(path)
     try:
@@ -77,7 +77,7 @@ def output_line(record: Record, output: str, value: Any) -> str:
     return json.dumps({**record.fields, output: value}, ensure_ascii=False)
 
 
-def check_output(path: str | os.PathLike, *, overwrite: bool, outputs: Iterable[str] = ()) -> Path:
+def check_output(path: str | os.PathLike[str], *, overwrite: bool, outputs: Iterable[str] = ()) -> Path:
     """Refuse an output path whose folder does not exist, or that exists and is not an earlier output
     (its first record holds one of the `outputs` fields), or is one and `overwrite` is not set; before any
     work."""
@@ -100,7 +100,7 @@ def check_output(path: str | os.PathLike, *, overwrite: bool, outputs: Iterable[
 
 
 def write_lines(
-    path: str | os.PathLike, lines: Iterable[str], *, overwrite: bool, outputs: Iterable[str] = ()
+    path: str | os.PathLike[str], lines: Iterable[str], *, overwrite: bool, outputs: Iterable[str] = ()
 ) -> int:
     """Write `lines` to `path` atomically; returns how many. Without `overwrite`, a file that appeared at
     `path` meanwhile is kept and the call fails (the new file is linked in, which never replaces); with

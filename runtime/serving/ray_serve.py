@@ -26,20 +26,24 @@ class _Replica:
 
 
 def deployment(
-    folder: str | os.PathLike, *, replicas: int = 1, limits: Limits | None = None, threads: int | None = 1
+    folder: str | os.PathLike[str],
+    *,
+    replicas: int = 1,
+    limits: Limits | None = None,
+    threads: int | None = 1,
 ) -> Any:
     """The bound Ray Serve application for `serve.run` (one CPU per replica)."""
     require("ray", "ray")
     from ray import serve
 
     ingress = serve.ingress()(_Replica)
-    return serve.deployment(
-        ingress, name=APP_NAME, num_replicas=replicas, ray_actor_options={"num_cpus": 1}
-    ).bind(str(Path(folder).resolve()), limits or Limits(), threads)
+    # Ray's decorator form, `deployment(**options)(cls)`: its annotations type that one right.
+    deploy = serve.deployment(name=APP_NAME, num_replicas=replicas, ray_actor_options={"num_cpus": 1})
+    return deploy(ingress).bind(str(Path(folder).resolve()), limits or Limits(), threads)
 
 
 def serve_on_ray(
-    folder: str | os.PathLike,
+    folder: str | os.PathLike[str],
     *,
     address: str = "auto",
     host: str = "127.0.0.1",

@@ -18,10 +18,12 @@ import os
 import posixpath
 import re
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 from onnxformer.runtime.errors import InputError, ManifestError
 from onnxformer.runtime.loader import load
+from onnxformer.runtime.manifest import TensorSpec
 
 # manifest dtype -> Triton DataType enum name (model_config.proto)
 TRITON_DTYPES = {
@@ -37,11 +39,18 @@ ENCODER_ROLES = ("encoder",)  # the manifest `graphs` roles that are exported
 MARK = "# onnxformer triton wrote this model folder: "  # then the files it wrote, comma-separated
 
 
-def config_pbtxt(name: str, inputs, outputs, *, instances: int = 1, files: tuple[str, ...] = ()) -> str:
+def config_pbtxt(
+    name: str,
+    inputs: Iterable[TensorSpec],
+    outputs: Iterable[TensorSpec],
+    *,
+    instances: int = 1,
+    files: tuple[str, ...] = (),
+) -> str:
     """The text-format ModelConfig of one graph (TensorSpecs from the manifest's file entry), opened by the
     mark that lists `files`, the model folder's files besides config.pbtxt (POSIX paths)."""
 
-    def tensors(specs) -> str:
+    def tensors(specs: Iterable[TensorSpec]) -> str:
         rows = []
         for spec in specs:
             if spec.dtype not in TRITON_DTYPES:
@@ -65,7 +74,11 @@ def config_pbtxt(name: str, inputs, outputs, *, instances: int = 1, files: tuple
 
 
 def write_repository(
-    folder: str | os.PathLike, out: str | os.PathLike, *, name: str | None = None, overwrite: bool = False
+    folder: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    name: str | None = None,
+    overwrite: bool = False,
 ) -> list[str]:
     """Write the model repository for the folder's encoder graphs into `out`; returns the model names.
 

@@ -13,7 +13,7 @@ total_sequence (past + new), encoder_sequence.
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
 from torch import nn
@@ -22,6 +22,7 @@ from onnxformer.builder.export.catalog import BlockSpec
 from onnxformer.builder.export.parity import Cases
 from onnxformer.builder.export.pipeline import AxisNames
 from onnxformer.builder.export.samples import PaddingSide, padded_mask
+from onnxformer.builder.families import FamilyModel
 from onnxformer.builder.families.config import head_width, kv_heads
 from onnxformer.runtime.manifest import Framing, GenerationDefaults, GraphIO, KVCache, Task
 
@@ -34,18 +35,21 @@ CACHE_AXES = ("batch", None, "past_sequence", None)
 TRACE_BATCH, TRACE_LENGTH, TRACE_PAST, TRACE_SOURCE = 2, 5, 3, 6
 TRAIN_SEED = 0  # `onnxformer train`'s default: its held-out split is the one task_metrics scores
 
+# The family's model class (GPT, BERT, T5) that a recipe and its parts take.
+ModelT = TypeVar("ModelT", bound=nn.Module)
+
 
 @dataclass(frozen=True)
-class ModelGraph:
+class ModelGraph(Generic[ModelT]):
     """One graph of a whole-model export."""
 
     role: str  # "decoder", "encoder", "attentions": the manifest's `graphs` key
     filename: str
-    wrapper: Callable[[nn.Module], nn.Module]  # model -> tensor-in, tuple-out module (the traced one)
-    example: Callable[[nn.Module], dict[str, Any]]  # model -> forward kwargs at the trace sizes
+    wrapper: Callable[[ModelT], nn.Module]  # model -> tensor-in, tuple-out module (the traced one)
+    example: Callable[[ModelT], dict[str, Any]]  # model -> forward kwargs at the trace sizes
     dim_names: Callable[[Any], AxisNames]  # config -> flattened input axes
     output_names: Callable[[Any], list[str]]  # config -> output names
-    cases: Callable[[nn.Module, torch.Generator], Cases]  # parity cases, unlike the trace sizes
+    cases: Callable[[ModelT, torch.Generator], Cases]  # parity cases, unlike the trace sizes
     io: Callable[[Any], GraphIO]  # config -> the manifest's io entry: what the runtime feeds and reads
 
 
@@ -56,14 +60,16 @@ class StackBlocks:
     stack: str
     blocks: nn.ModuleList
     template: BlockSpec  # the catalogue entry with the same inputs and options
-    wrap: Callable[[nn.Module], nn.Module]  # block -> the catalogue's wrapper around it
+    # block -> the catalogue's wrapper around it. Any: a block of `blocks`, whose class (EncoderBlock,
+    # DecoderBlock) a ModuleList does not carry.
+    wrap: Callable[[Any], nn.Module]
 
 
 @dataclass(frozen=True)
-class EndToEnd:
+class EndToEnd(Generic[ModelT]):
     """What a recipe's end-to-end goldens are computed from."""
 
-    model: nn.Module
+    model: ModelT
     ids: Callable[[str], list[int]]  # text -> token ids, no special tokens
     special: dict[str, int]  # role -> id
     generation: GenerationDefaults | None  # the manifest's generation defaults
@@ -80,17 +86,17 @@ class Demo:
 
 
 @dataclass(frozen=True)
-class Recipe:
+class Recipe(Generic[ModelT]):
     """A family's export (the manifest contract's family-specific parts: task, framing, io, kv_cache,
     generation; see onnxformer.runtime.manifest)."""
 
     task: Task  # what the runtime does with the export: its model class and the graph roles it runs
-    graphs: tuple[ModelGraph, ...]
-    blocks: Callable[[nn.Module], list[StackBlocks]]
+    graphs: tuple[ModelGraph[ModelT], ...]
+    blocks: Callable[[ModelT], list[StackBlocks]]
     framing: dict[str, Framing]  # text key ("prompt", "text", "source") -> special tokens around it
     kv_cache: Callable[[Any], KVCache | None]  # config -> the cache layout (None: no cache)
     generation: Callable[[Any, dict[str, int]], GenerationDefaults | None]  # config, special ids -> defaults
-    end_to_end: Callable[[EndToEnd], dict[str, Any]]  # the family's part of goldens/end_to_end.json
+    end_to_end: Callable[[EndToEnd[ModelT]], dict[str, Any]]  # the family's part of goldens/end_to_end.json
     main_outputs: dict[str, str]  # graph the runtime runs (role) -> output whose direction int8 keeps
     task_metrics: Callable[[Any, int], dict[str, float]]  # (runtime export, limit) -> built-in task scores
     demo: Demo
@@ -105,27 +111,27 @@ def flatten(pairs: KeyValues) -> list[torch.Tensor]:
 
 
 def random_ids(
-    model: nn.Module, batch: int, length: int, generator: torch.Generator | None = None
+    model: FamilyModel, batch: int, length: int, generator: torch.Generator | None = None
 ) -> torch.Tensor:
     """(B, T) ids past the special tokens (0 .. 6)."""
     return torch.randint(7, model.config.vocab_size, (batch, length), generator=generator)
 
 
-def random_cache(model: nn.Module, batch: int, length: int, *, layers: int | None = None) -> KeyValues:
+def random_cache(model: FamilyModel, batch: int, length: int, *, layers: int | None = None) -> KeyValues:
     """Random keys and values for `layers` layers (default n_layers), (B, Hkv, L, Dh) each."""
     c = model.config
     shape = (batch, kv_heads(c), length, head_width(c))  # (B, Hkv, L, Dh)
     return tuple((torch.randn(shape), torch.randn(shape)) for _ in range(layers or c.n_layers))
 
 
-def empty_cache(model: nn.Module, batch: int, *, layers: int | None = None) -> KeyValues:
+def empty_cache(model: FamilyModel, batch: int, *, layers: int | None = None) -> KeyValues:
     c = model.config
     shape = (batch, kv_heads(c), 0, head_width(c))  # (B, Hkv, 0, Dh)
     return tuple((torch.zeros(shape), torch.zeros(shape)) for _ in range(layers or c.n_layers))
 
 
 def plain_cases(
-    model: nn.Module, generator: torch.Generator, *, side: PaddingSide, segments: bool = False
+    model: FamilyModel, generator: torch.Generator, *, side: PaddingSide, segments: bool = False
 ) -> Cases:
     """Cases of a graph without a cache: batch 1 and > 1 (padded on `side`), length 1, and max_len."""
     for batch, length in ((1, 4), (4, 17), (2, 1), (2, model.config.max_len)):

@@ -11,7 +11,8 @@ from torch import nn
 from onnxformer.builder.export import catalog
 from onnxformer.builder.export import wrappers as block_wrappers
 from onnxformer.builder.export.goldens import GOLDEN_FLOOR, GOLDEN_MARGIN
-from onnxformer.builder.export.parity import PARITY_FACTOR, float64
+from onnxformer.builder.export.parity import PARITY_FACTOR, Cases, float64
+from onnxformer.builder.export.pipeline import AxisNames
 from onnxformer.builder.export.recipes.base import (
     TRACE_BATCH,
     TRACE_LENGTH,
@@ -74,7 +75,7 @@ class Attentions(nn.Module):
         return tuple(out.attentions)
 
 
-def _example(model: nn.Module) -> dict[str, Any]:
+def _example(model: BERT) -> dict[str, Any]:
     return {
         "input_ids": random_ids(model, TRACE_BATCH, TRACE_LENGTH),
         "attention_mask": torch.ones(TRACE_BATCH, TRACE_LENGTH, dtype=torch.long),
@@ -82,11 +83,11 @@ def _example(model: nn.Module) -> dict[str, Any]:
     }
 
 
-def _cases(model: nn.Module, generator: torch.Generator):
+def _cases(model: BERT, generator: torch.Generator) -> Cases:
     return plain_cases(model, generator, side="right", segments=True)
 
 
-_AXES = dict.fromkeys(INPUTS, ("batch", "sequence"))
+_AXES: AxisNames = dict.fromkeys(INPUTS, ("batch", "sequence"))
 GRAPHS = (
     ModelGraph(
         "encoder",
@@ -134,7 +135,7 @@ def sentence_embedder(
 
 
 @torch.no_grad()
-def end_to_end(context: EndToEnd) -> dict[str, Any]:
+def end_to_end(context: EndToEnd[BERT]) -> dict[str, Any]:
     """Sentence embeddings as the float64 answer (rounded to fp32); the allowance is GOLDEN_MARGIN x
     what parity lets ONNX Runtime have (PARITY_FACTOR x PyTorch fp32's error) + the golden floor."""
     wrapper, names = context.wrappers["encoder"]
@@ -171,6 +172,7 @@ def task_metrics(export: Any, limit: int) -> dict[str, float]:
     metrics: dict[str, float] = {}
     if encoder.has_classifier and encoder.label_names:
         results = encoder.classify([text for text, _ in examples], batch_size=64)
+        assert isinstance(results, list)  # a list of texts in, a list out
         hits = [r.label == label for r, (_, label) in zip(results, examples, strict=True)]
         metrics["classification_accuracy"] = sum(hits) / max(len(hits), 1)
     if "mlm_logits" in export.io("encoder").outputs and "mask" in export.special:

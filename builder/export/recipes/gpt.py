@@ -153,9 +153,10 @@ def generation(config: Any, special: dict[str, int]) -> GenerationDefaults:
 
 
 @torch.no_grad()
-def end_to_end(context: EndToEnd) -> dict[str, Any]:
+def end_to_end(context: EndToEnd[GPT]) -> dict[str, Any]:
     """Greedy generations from framed prompts, with the smallest logit margin on each path."""
     model, special = context.model.eval(), context.special
+    assert context.generation is not None  # the recipe's generation() gives defaults
     stop = list(context.generation.stop_tokens)
     rows = []
     for prompt, budget, stops in PROMPTS:

@@ -250,9 +250,10 @@ def generation(config: Any, special: dict[str, int]) -> GenerationDefaults:
 
 
 @torch.no_grad()
-def end_to_end(context: EndToEnd) -> dict[str, Any]:
+def end_to_end(context: EndToEnd[T5]) -> dict[str, Any]:
     """Greedy generations from framed sources, with the smallest logit margin on each path."""
     model, special = context.model.eval(), context.special
+    assert context.generation is not None  # the recipe's generation() gives defaults
     stop = list(context.generation.stop_tokens)
     rows = []
     for source, budget in SOURCES:
@@ -283,7 +284,7 @@ def task_metrics(export: Any, limit: int) -> dict[str, float]:
     _, held_out = split_held_out(passive_pairs(BUILTIN_PAIRS, seed=TRAIN_SEED), seed=TRAIN_SEED)
     pairs = held_out[: limit // 2]  # greedy generation costs more per example than a forward pass
     model = TextToText(export)
-    outputs = []
+    outputs: list[str] = []
     for start in range(0, len(pairs), 64):
         outputs += model.generate([source for source, _ in pairs[start : start + 64]], temperature=0.0)
     hits = sum(output == target for output, (_, target) in zip(outputs, pairs, strict=True))
