@@ -152,14 +152,14 @@ def test_a_graph_past_the_threshold_moves_out_before_it_is_serialised(
     runtime loads it), taken here by a small block under a lowered threshold."""
     from onnxformer.builder.export import external, pipeline
     from onnxformer.builder.export.blocks import block_graph, build_block
-    from onnxformer.builder.export.catalog import encoder_spec
+    from onnxformer.builder.export.catalog import block_options, encoder_spec
 
     monkeypatch.setattr(external, "EXTERNAL_THRESHOLD", 10_000)
     monkeypatch.setattr(pipeline, "EXTERNAL_THRESHOLD", 10_000)
     checked = []
     original = pipeline.check_graph_with_weights
     monkeypatch.setattr(pipeline, "check_graph_with_weights", lambda *a: checked.append(a) or original(*a))
-    spec = encoder_spec("pre", "gelu", "none")
+    spec = encoder_spec(block_options("pre", "gelu"), "none")
     module = build_block(spec, seed=0)
     exported = pipeline.export_one(block_graph(spec, seed=0), module)
     graph, weights = exported.entries[0], exported.entries[1]

@@ -87,7 +87,7 @@ def test_import_reads_the_sentence_transformers_modules() -> None:
     imported = from_pretrained(minilm_folder())
     config = imported.config
     assert imported.sentence_transformers and imported.architecture == "BertModel"
-    assert (config.pooling, config.normalize, config.eps) == ("mean", True, 1e-12)
+    assert (config.pooling, config.normalize, config.block.norm.eps) == ("mean", True, 1e-12)
     assert (config.d_model, config.n_layers, config.mlm_head, config.classifier) == (384, 6, False, False)
 
 
