@@ -148,7 +148,10 @@ def _apply(block: BlockOptions, given: dict[str, Any], position: str) -> BlockOp
                 raise ConfigError(f"{name} applies to rotary positions; set position='rotary' or drop it")
             if isinstance(value, dict) and field == "scaling":
                 value = rope_scaling_from_dict(value)
-            groups[group] = replace(groups[group], **{field: value})
+            try:
+                groups[group] = replace(groups[group], **{field: value})
+            except ConfigError as error:  # name what the user wrote as well as where it goes
+                raise ConfigError(f"{name}: {error}") from None
     return BlockOptions(**groups)
 
 
