@@ -67,7 +67,8 @@ def model_exports(
 def hf_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """name -> folder: bert (BertModel), bert-mlm, bert-cls, gpt2, t5 (v1.0 relu, tied), t5-gated
     (gated-gelu, untied, 2 encoder / 3 decoder layers), llama (untied), llama-tied, llama-bf16,
-    llama-fp16, llama-sharded (shards of 20KB with model.safetensors.index.json), qwen2 (q/k/v biases)."""
+    llama-fp16, llama-sharded (shards of 20KB with model.safetensors.index.json), qwen2 (q/k/v biases), qwen3
+    (QK-norm, head_dim 16 apart from hidden / heads, tied)."""
     import hf_models
     import torch
 
@@ -85,6 +86,7 @@ def hf_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "llama-fp16": lambda p: hf_models.llama_folder(p, dtype=torch.float16),
         "llama-sharded": lambda p: hf_models.llama_folder(p, shard="20KB"),
         "qwen2": hf_models.qwen2_folder,
+        "qwen3": hf_models.qwen3_folder,
     }
     return {name: build(root / name) for name, build in builders.items()}
 

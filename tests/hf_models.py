@@ -181,6 +181,16 @@ def qwen2_folder(folder: Path) -> Path:
     )  # fmt: skip
 
 
+def qwen3_folder(folder: Path) -> Path:
+    """A Qwen3: RMSNorm on each head's queries and keys, a head width (16) apart from hidden / heads (8)."""
+    import transformers
+
+    return _llama_like_folder(
+        folder, transformers.Qwen3Config, transformers.Qwen3ForCausalLM,
+        rope_theta=1e6, tie_word_embeddings=True, head_dim=16, attention_bias=False,
+    )  # fmt: skip
+
+
 def _llama_like_folder(
     folder: Path, config_class, model_class, *, dtype=torch.float32, shard=None, **options
 ) -> Path:

@@ -145,7 +145,7 @@ def test_bert_matches_transformers(
 
 # ---- decoders: GPT-2 and Llama -----------------------------------------------------------------------
 
-DECODERS = ("gpt2", "llama", "llama-tied", "qwen2")
+DECODERS = ("gpt2", "llama", "llama-tied", "qwen2", "qwen3")
 
 
 def hf_positions(mask: torch.Tensor) -> torch.Tensor:
@@ -454,10 +454,10 @@ def test_a_pickle_checkpoint_is_refused_with_the_conversion(bert_copy: Path) -> 
 
 def test_an_unsupported_architecture_lists_the_supported(bert_copy: Path) -> None:
     config = json.loads((bert_copy / "config.json").read_text())
-    config |= {"architectures": ["MistralForCausalLM"], "model_type": "mistral"}
+    config |= {"architectures": ["FalconForCausalLM"], "model_type": "falcon"}
     (bert_copy / "config.json").write_text(json.dumps(config))
     message = import_error(bert_copy)
-    assert "MistralForCausalLM" in message
+    assert "'FalconForCausalLM' is not supported" in message
     for supported in ("BertModel", "GPT2LMHeadModel", "T5ForConditionalGeneration", "LlamaForCausalLM"):
         assert supported in message
 

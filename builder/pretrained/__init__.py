@@ -10,6 +10,7 @@ which. `ARCHITECTURES` lists what imports.
 """
 
 import dataclasses
+import difflib
 import logging
 import os
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from onnxformer.builder.pretrained import bert, gpt2, llama_like, t5
 from onnxformer.builder.pretrained.folder import is_pretrained_folder, read_config, read_weights
 from onnxformer.builder.pretrained.generation import generation_settings
 from onnxformer.builder.pretrained.mapping import load_mapped
-from onnxformer.builder.pretrained.options import Architecture
+from onnxformer.builder.pretrained.options import Architecture, ConfigJson, check_accounted, refuse_common
 from onnxformer.builder.pretrained.sentence import max_seq_length
 from onnxformer.builder.pretrained.tokenizer import load_pretrained_tokenizer
 from onnxformer.runtime.errors import ModelImportError
@@ -63,13 +64,38 @@ class Pretrained:
         return self.model.config
 
 
+# Architectures people bring that onnxformer does not import yet -> the nearest one it does, and how far.
+NEAREST = {
+    "Qwen2MoeForCausalLM": ("Qwen2ForCausalLM", "Qwen2 with mixture-of-experts layers, which are not built"),
+    "Qwen3MoeForCausalLM": ("Qwen3ForCausalLM", "Qwen3 with mixture-of-experts layers, which are not built"),
+    "MixtralForCausalLM": ("MistralForCausalLM", "Mistral with mixture-of-experts layers, not built"),
+    "Qwen3NextForCausalLM": ("Qwen3ForCausalLM", "Qwen3-Next adds linear-attention layers, not built"),
+    "Gemma2ForCausalLM": ("LlamaForCausalLM", "Gemma 2 adds sandwich norms and soft-capping"),
+    "Gemma3ForCausalLM": ("LlamaForCausalLM", "Gemma 3 adds sandwich norms and local/global layers"),
+    "GemmaForCausalLM": ("LlamaForCausalLM", "Gemma adds scaled embeddings and a (1 + w) norm"),
+    "Phi3ForCausalLM": ("LlamaForCausalLM", "Phi-3 fuses q/k/v and gate/up and scales rope by longrope"),
+    "SmolLM3ForCausalLM": ("LlamaForCausalLM", "SmolLM3 leaves rotary out of some layers"),
+    "GPTNeoXForCausalLM": ("GPT2LMHeadModel", "NeoX adds partial rotary and a parallel residual"),
+    "DistilBertModel": ("BertModel", "DistilBERT is BERT without token types, under other names"),
+    "RobertaModel": ("BertModel", "RoBERTa is BERT with positions offset by padding_idx + 1"),
+    "XLMRobertaModel": ("BertModel", "XLM-RoBERTa is BERT with positions offset by padding_idx + 1"),
+    "ModernBertModel": ("BertModel", "ModernBERT adds rotary, GeGLU and local/global layers"),
+    "MT5ForConditionalGeneration": ("T5ForConditionalGeneration", "mT5 is T5 v1.1 with a larger vocabulary"),
+}
+
+
 def architecture_of(hf: dict[str, Any]) -> str:
     names = hf.get("architectures") or []
     name = names[0] if isinstance(names, list) and names else MODEL_TYPES.get(str(hf.get("model_type")))
     if name not in ARCHITECTURES:
+        given = name or hf.get("model_type")
+        nearest = NEAREST.get(str(given))
+        if nearest is None or nearest[0] not in ARCHITECTURES:
+            close = difflib.get_close_matches(str(given), list(ARCHITECTURES), n=1, cutoff=0.6)
+            nearest = (close[0], "the closest name") if close else None
+        hint = f"; the nearest supported is {nearest[0]} ({nearest[1]})" if nearest else ""
         raise ModelImportError(
-            f"architecture {name or hf.get('model_type')!r} is not supported; onnxformer imports "
-            f"{', '.join(ARCHITECTURES)}"
+            f"architecture {given!r} is not supported{hint}; onnxformer imports {', '.join(ARCHITECTURES)}"
         )
     return name
 
@@ -77,11 +103,13 @@ def architecture_of(hf: dict[str, Any]) -> str:
 def from_pretrained(path: str | os.PathLike) -> Pretrained:
     """Our model, its tokenizer and special tokens, from a local Hugging Face model folder."""
     folder = Path(path)
-    hf = read_config(folder)
+    hf = ConfigJson(read_config(folder))
     name = architecture_of(hf)
     architecture = ARCHITECTURES[name]
+    refuse_common(hf)
     tensors = read_weights(folder, architecture=name)
     config = architecture.config(hf, tensors, folder)
+    check_accounted(hf, source=name, neutral=architecture.neutral)
     family = next(key for key, known in FAMILIES.items() if type(config) is known.config)
     model = FAMILIES[family].model(config)
     keys, ignored = architecture.mapping(config, tensors)
@@ -108,4 +136,11 @@ def from_pretrained(path: str | os.PathLike) -> Pretrained:
     return Pretrained(family, name, model.eval(), tokenizer, special, framing, sentence, generation)
 
 
-__all__ = ["ARCHITECTURES", "Pretrained", "architecture_of", "from_pretrained", "is_pretrained_folder"]
+__all__ = [
+    "ARCHITECTURES",
+    "NEAREST",
+    "Pretrained",
+    "architecture_of",
+    "from_pretrained",
+    "is_pretrained_folder",
+]

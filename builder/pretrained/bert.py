@@ -10,7 +10,7 @@ from onnxformer.builder.families import BERTConfig
 from onnxformer.builder.layers.options import BlockOptions, FeedForwardOptions, NormOptions, ResidualOptions
 from onnxformer.builder.pretrained.folder import read_json
 from onnxformer.builder.pretrained.mapping import Take
-from onnxformer.builder.pretrained.options import Architecture, activation, get, refuse
+from onnxformer.builder.pretrained.options import Architecture, activation, get, head_tied, refuse
 from onnxformer.runtime.errors import ModelImportError
 
 LAYER = {
@@ -78,7 +78,17 @@ def sentence_modules(folder: Path) -> dict[str, Any]:
 def config(hf: dict[str, Any], tensors: dict[str, torch.Tensor], folder: Path) -> BERTConfig:
     refuse(hf, "position_embedding_type", "absolute", "relative BERT positions are not supported")
     refuse(hf, "is_decoder", False, "a BERT decoder is not supported")
+    refuse(hf, "add_cross_attention", False, "a BERT with cross-attention is not supported")
     prefix = _prefix(tensors)
+    mlm_head = "cls.predictions.transform.dense.weight" in tensors
+    words = f"{prefix}embeddings.word_embeddings.weight"
+    if mlm_head and not head_tied(
+        hf, tensors, head="cls.predictions.decoder.weight", embedding=words, default=True
+    ):
+        raise ModelImportError(
+            "the masked-LM decoder is not tied to the word embeddings (tie_word_embeddings=false); "
+            "onnxformer imports only the tied decoder BERT checkpoints have"
+        )
     classes = hf.get("id2label") or {}
     sentence = {"pooling": "mean", "normalize": False, **sentence_modules(folder)}
     return BERTConfig(
@@ -97,7 +107,7 @@ def config(hf: dict[str, Any], tensors: dict[str, torch.Tensor], folder: Path) -
         ),
         type_vocab_size=get(hf, "type_vocab_size", default=2),
         num_labels=max(len(classes), int(hf.get("num_labels", 0) or 0), 1),
-        mlm_head="cls.predictions.transform.dense.weight" in tensors,
+        mlm_head=mlm_head,
         pooler=f"{prefix}pooler.dense.weight" in tensors,
         classifier="classifier.weight" in tensors,
         pooling=sentence["pooling"],
@@ -131,4 +141,5 @@ def mapping(ours: BERTConfig, tensors: dict[str, torch.Tensor]) -> tuple[dict[st
     return keys, ignored
 
 
-ARCHITECTURE = Architecture("bert", config, mapping)
+NEUTRAL = {"tie_word_embeddings": "read where there is a masked-LM decoder to tie; nothing else is tied"}
+ARCHITECTURE = Architecture("bert", config, mapping, NEUTRAL)

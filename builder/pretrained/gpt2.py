@@ -23,13 +23,15 @@ def config(hf: dict[str, Any], tensors: dict[str, torch.Tensor], folder: Path) -
     refuse(hf, "add_cross_attention", False, "a GPT-2 with cross-attention is not supported")
     refuse(hf, "scale_attn_weights", True, "attention without the 1/sqrt(d_k) scale is not supported")
     d_model = get(hf, "n_embd", "hidden_size")
+    positions = get(hf, "n_positions", "max_position_embeddings")
+    refuse(hf, "n_ctx", positions, "a context other than n_positions is not supported")
     return GPTConfig(
         vocab_size=get(hf, "vocab_size"),
         d_model=d_model,
         n_layers=get(hf, "n_layer", "num_hidden_layers"),
         n_heads=get(hf, "n_head", "num_attention_heads"),
         d_ff=get(hf, "n_inner", default=4 * d_model),
-        max_len=get(hf, "n_positions", "max_position_embeddings"),
+        max_len=positions,
         dropout=float(get(hf, "resid_pdrop", default=0.1)),
         position="learned",
         block=BlockOptions(
@@ -79,4 +81,9 @@ def mapping(ours: GPTConfig, tensors: dict[str, torch.Tensor]) -> tuple[dict[str
     return keys, ignored
 
 
-ARCHITECTURE = Architecture("gpt2", config, mapping)
+# GPT2DoubleHeadsModel's sequence-summary head: GPT2LMHeadModel and GPT2Model have none.
+NEUTRAL = {
+    name: "the sequence-summary head of GPT2DoubleHeadsModel, which these architectures do not have"
+    for name in ("summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels")
+}
+ARCHITECTURE = Architecture("gpt2", config, mapping, NEUTRAL)

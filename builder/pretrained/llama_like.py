@@ -2,8 +2,9 @@
 rope_theta and rope scaling, a gated SiLU feed-forward, grouped-query attention, a tied or untied head.
 
 What sets the rows apart is small and stated in the row: which projections carry biases (Llama: all or
-none, by `attention_bias`; Qwen2: q, k and v but not the output), which config.json settings the import
-refuses, and the checkpoint's names for a layer's tensors. Everything else (the config keys, the model,
+none, by `attention_bias`; Qwen2: q, k and v but not the output), whether each head's queries and keys
+are RMS-normed (Qwen3), which config.json settings the import refuses or knows to change nothing, and the
+checkpoint's names for a layer's tensors. Everything else (the config keys, the model,
 the key mapping) is shared, so an architecture of this kind is a row, not a copy of this module.
 """
 
@@ -25,6 +26,7 @@ from onnxformer.builder.layers.options import (
 )
 from onnxformer.builder.pretrained.mapping import Take
 from onnxformer.builder.pretrained.options import Architecture, activation, get, head_tied, refuse, rope
+from onnxformer.runtime.errors import ModelImportError
 
 # their name for a layer's tensor -> ours, under model.layers.<i>. and decoder.blocks.<i>.
 LLAMA_LAYER = {
@@ -37,6 +39,11 @@ LLAMA_LAYER = {
     "mlp.down_proj": "ffn.down",
 }
 OUTPUT_PROJECTION = "self_attn.o_proj"
+QK_NORM_LAYER = {"self_attn.q_norm": "self_attn.query_norm", "self_attn.k_norm": "self_attn.key_norm"}
+_SLIDING_OFF = {
+    "sliding_window": "used only with use_sliding_window",
+    "max_window_layers": "used only with use_sliding_window",
+}
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,8 @@ class Row:
     biases: Callable[[dict[str, Any]], tuple[bool, bool]]  # config.json -> (q/k/v bias, output bias)
     refused: tuple[tuple[str, Any, str], ...] = ()  # (config.json field, the value imported, why)
     layer: dict[str, str] = field(default_factory=lambda: dict(LLAMA_LAYER))
+    neutral: dict[str, str] = field(default_factory=dict)  # config.json keys that change nothing -> why
+    qk_norm: bool = False  # an RMSNorm on each head's queries and keys (q_norm, k_norm) before rotary
 
 
 def _llama_biases(hf: dict[str, Any]) -> tuple[bool, bool]:
@@ -64,6 +73,15 @@ ROWS = {
         "qwen2",
         lambda hf: (True, False),
         refused=(("use_sliding_window", False, "sliding-window attention is not built yet"),),
+        neutral=_SLIDING_OFF,
+    ),
+    "Qwen3ForCausalLM": Row(
+        "qwen3",
+        _llama_biases,
+        refused=(("use_sliding_window", False, "sliding-window attention is not built yet"),),
+        layer={**LLAMA_LAYER, **QK_NORM_LAYER},
+        neutral=_SLIDING_OFF,
+        qk_norm=True,
     ),
 }
 
@@ -71,6 +89,11 @@ ROWS = {
 def config(row: Row, hf: dict[str, Any], tensors: dict[str, torch.Tensor], folder: Path) -> GPTConfig:
     for name, allowed, why in row.refused:
         refuse(hf, name, allowed, why)
+    layer_types = get(hf, "layer_types", default=None)
+    if layer_types is not None and set(layer_types) != {"full_attention"}:
+        raise ModelImportError(
+            f"config.json layer_types={layer_types!r}: only full attention is imported for {row.model_type}"
+        )
     theta, scaling = rope(hf)
     d_model, heads = get(hf, "hidden_size"), get(hf, "num_attention_heads")
     qkv_bias, out_bias = row.biases(hf)
@@ -81,6 +104,7 @@ def config(row: Row, hf: dict[str, Any], tensors: dict[str, torch.Tensor], folde
             head_dim=get(hf, "head_dim", default=d_model // heads),
             qkv_bias=qkv_bias,
             out_bias=out_bias,
+            qk_norm=row.qk_norm,
         ),
         rotary=RotaryOptions(theta, scaling),
         ffn=FeedForwardOptions(
@@ -107,6 +131,8 @@ def config(row: Row, hf: dict[str, Any], tensors: dict[str, torch.Tensor], folde
 
 def _has_bias(ours: GPTConfig, name: str) -> bool:
     attention = ours.block.attention
+    if name in QK_NORM_LAYER:
+        return False
     if name == OUTPUT_PROJECTION:
         return attention.out_bias
     return attention.qkv_bias if name.startswith("self_attn.") else ours.block.ffn.bias
@@ -139,6 +165,6 @@ def mapping(
 
 
 ARCHITECTURES = {
-    name: Architecture(row.model_type, partial(config, row), partial(mapping, row))
+    name: Architecture(row.model_type, partial(config, row), partial(mapping, row), row.neutral)
     for name, row in ROWS.items()
 }

@@ -1,7 +1,13 @@
-"""Reading config.json fields the way transformers 4.x and 5.x write them, and what an architecture is."""
+"""Reading config.json fields the way transformers 4.x and 5.x write them, and what an architecture is.
+
+Every key of config.json is accounted for: an import reads it (the keys it uses, and the ones it refuses
+away from one value), or it is in a list of keys known not to change what the model computes, each with the
+reason (`NEUTRAL`, and an architecture's own `neutral`). `ConfigJson` records what the import read;
+`check_accounted` refuses anything else by name, so a setting onnxformer does not know is never dropped.
+"""
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +30,107 @@ ACTIVATIONS: dict[str, Activation] = {
 }
 
 
+_OUTPUTS = "what transformers returns, not what it computes"
+_TOKEN_IDS = (
+    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "cls_token_id", "mask_token_id",
+    "unk_token_id", "decoder_start_token_id",
+)  # fmt: skip
+_DROPOUTS = (
+    "attention_dropout", "attention_probs_dropout_prob", "hidden_dropout_prob", "hidden_dropout",
+    "classifier_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop", "dropout", "dropout_rate",
+    "qa_dropout", "seq_classif_dropout", "mlp_dropout", "embedding_dropout", "summary_first_dropout",
+)  # fmt: skip
+_DECODING = (
+    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
+    "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
+    "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
+    "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id",
+    "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
+    "begin_suppress_tokens", "max_new_tokens", "prefix",
+)  # fmt: skip
+# config.json keys of any architecture that leave the computation as it is -> why.
+NEUTRAL: dict[str, str] = {
+    "_name_or_path": "where the model was loaded from",
+    "architectures": "chose the importer",
+    "model_type": "chose the importer",
+    "transformers_version": "the version that wrote the file",
+    "dtype": "the stored weights' dtype: onnxformer reads them as fp32",
+    "torch_dtype": "the stored weights' dtype: onnxformer reads them as fp32",
+    "auto_map": "remote-code classes, which transformers itself ignores for a built-in architecture",
+    "initializer_range": "the initialisation of untrained weights",
+    "initializer_factor": "the initialisation of untrained weights",
+    "initializer_cutoff_factor": "the initialisation of untrained weights",
+    "gradient_checkpointing": "a training setting",
+    "use_cache": _OUTPUTS,
+    "output_past": _OUTPUTS,
+    "output_attentions": _OUTPUTS,
+    "output_hidden_states": _OUTPUTS,
+    "return_dict": _OUTPUTS,
+    "torchscript": _OUTPUTS,
+    "chunk_size_feed_forward": "a chunked feed-forward computes the same values",
+    "id2label": "the classes' names (their count sizes the classifier)",
+    "label2id": "the classes' names",
+    "problem_type": "the training loss",
+    "finetuning_task": "a training note",
+    "tokenizer_class": "the tokenizer is read from tokenizer.json",
+    "task_specific_params": "prompts for transformers' pipelines",
+    "is_encoder_decoder": "implied by the architecture",
+    **dict.fromkeys(_TOKEN_IDS, "a special token's id, read by the tokenizer's roles and the generation"),
+    **dict.fromkeys(_DROPOUTS, "a training setting; inference runs without dropout"),
+    **dict.fromkeys(_DECODING, "a decoding setting (the generation defaults read the ones applied)"),
+}
+# Keys any architecture refuses away from one value: (the value imported, why).
+COMMON_REFUSED: dict[str, tuple[Any, str]] = {
+    "pruned_heads": ({}, "pruned attention heads change the layers' shapes"),
+    "quantization_config": (None, "quantized weights are not read; give the fp32, fp16 or bf16 checkpoint"),
+    "tie_encoder_decoder": (False, "an encoder tied to its decoder is not supported"),
+}
+
+
+class ConfigJson(dict):
+    """config.json as an import reads it: a dict that records every key looked up (`read`)."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        super().__init__(data)
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, str):
+            self.read.add(key)
+        return super().__contains__(key)
+
+
+def refuse_common(hf: dict[str, Any]) -> None:
+    for name, (allowed, why) in COMMON_REFUSED.items():
+        value = hf.get(name, allowed)
+        if value is not None and value != allowed and not (allowed == {} and value == []):
+            raise ModelImportError(f"config.json {name}={value!r}: {why}")
+
+
+def check_accounted(hf: ConfigJson, *, source: str, neutral: dict[str, str]) -> None:
+    """ModelImportError naming the first config.json key that the import neither read nor knows to be
+    neutral (a null value means unset, as in transformers)."""
+    for name in sorted(hf):
+        if name in hf.read or name in NEUTRAL or name in neutral:
+            continue
+        value = dict.__getitem__(hf, name)
+        if value is None:
+            continue
+        raise ModelImportError(
+            f"config.json {name}={value!r} is a setting the {source} import does not know: it may change "
+            "what the model computes, so onnxformer refuses it rather than ignore it. If transformers "
+            f"computes the same with and without it, report it (the {source} import lists such keys)"
+        )
+
+
 @dataclass(frozen=True)
 class Architecture:
     """How one transformers architecture becomes one of our families (the one whose config class its
@@ -34,6 +141,8 @@ class Architecture:
     config: Callable[[dict[str, Any], dict[str, torch.Tensor], Path], Any]
     # (our config, tensors) -> (our key -> Take, ignored checkpoint key -> why)
     mapping: Callable[[Any, dict[str, torch.Tensor]], tuple[dict[str, Take], dict[str, str]]]
+    # config.json keys of this architecture that the import does not read -> why they change nothing
+    neutral: dict[str, str] = field(default_factory=dict)
 
 
 def get(hf: dict[str, Any], *names: str, default: Any = REQUIRED) -> Any:
@@ -64,29 +173,48 @@ def refuse(hf: dict[str, Any], field: str, allowed: Any, why: str) -> None:
         )
 
 
+# rope scaling kind -> the fields of rope_scaling / rope_parameters it uses (beside rope_type and theta)
+ROPE_FIELDS = {
+    "default": (),
+    "linear": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+}
+ROPE_NAMES = ("rope_type", "type", "rope_theta")
+
+
 def rope(hf: dict[str, Any]) -> tuple[float, RopeScalingOptions | None]:
     """(rope_theta, scaling): 4.x writes rope_theta and rope_scaling at the top level, 5.x one
-    rope_parameters dict holding both."""
+    rope_parameters dict holding both. A field of either that the kind does not use is refused by name
+    (a partial_rotary_factor, say, is never dropped)."""
     parameters = hf.get("rope_parameters")
     scaling: dict[str, Any] | None
     if isinstance(parameters, dict):
         theta = parameters.get("rope_theta", hf.get("rope_theta", 10000.0))
-        scaling = parameters
+        scaling, where = parameters, "rope_parameters"
     else:
         theta = hf.get("rope_theta", 10000.0)
-        scaling = hf.get("rope_scaling")
+        scaling, where = hf.get("rope_scaling"), "rope_scaling"
     if not scaling:
         return float(theta), None
+    if not isinstance(scaling, dict):
+        raise ModelImportError(f"config.json {where}={scaling!r} must be an object")
     kind = scaling.get("rope_type", scaling.get("type", "default"))
-    if kind == "default":
-        return float(theta), None
-    if kind not in ("linear", "llama3"):
+    if kind not in ROPE_FIELDS:
         raise ModelImportError(
             f"config.json rope scaling type {kind!r} is not supported; "
-            "onnxformer imports default, linear and llama3"
+            f"onnxformer imports {', '.join(ROPE_FIELDS)}"
         )
-    keys = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
-    return float(theta), RopeScalingOptions(kind=kind, **{k: scaling[k] for k in keys if k in scaling})
+    for name, value in scaling.items():
+        whole = name == "partial_rotary_factor" and value == 1.0  # every dimension rotates: the default
+        if name not in ROPE_NAMES and name not in ROPE_FIELDS[kind] and value is not None and not whole:
+            raise ModelImportError(
+                f"config.json {where}.{name}={value!r} is not used by rope type {kind!r} as onnxformer "
+                "imports it; it would change the positions, so the import stops rather than drop it"
+            )
+    if kind == "default":
+        return float(theta), None
+    fields = {name: scaling[name] for name in ROPE_FIELDS[kind] if name in scaling}
+    return float(theta), RopeScalingOptions(kind=kind, **fields)
 
 
 def head_tied(

@@ -16,7 +16,7 @@ from onnxformer.builder.families import T5Config
 from onnxformer.builder.layers.feedforward import Activation
 from onnxformer.builder.layers.options import AttentionOptions, BlockOptions, FeedForwardOptions, NormOptions
 from onnxformer.builder.pretrained.mapping import Take
-from onnxformer.builder.pretrained.options import Architecture, activation, get, head_tied
+from onnxformer.builder.pretrained.options import Architecture, activation, get, head_tied, refuse
 
 ATTENTION = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj"}
 
@@ -32,6 +32,7 @@ def _feed_forward(hf: dict[str, Any]) -> tuple[Activation, bool]:
 
 
 def config(hf: dict[str, Any], tensors: dict[str, torch.Tensor], folder: Path) -> T5Config:
+    refuse(hf, "is_decoder", False, "a T5 decoder on its own is not supported")
     act, gated = _feed_forward(hf)
     tied = head_tied(hf, tensors, head="lm_head.weight", embedding="shared.weight", default=True)
     layers = get(hf, "num_layers")
@@ -98,4 +99,5 @@ def mapping(ours: T5Config, tensors: dict[str, torch.Tensor]) -> tuple[dict[str,
     return keys, ignored
 
 
-ARCHITECTURE = Architecture("t5", config, mapping)
+NEUTRAL = {"is_gated_act": "derived from feed_forward_proj, which the import reads"}
+ARCHITECTURE = Architecture("t5", config, mapping, NEUTRAL)
