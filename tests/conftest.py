@@ -68,7 +68,7 @@ def hf_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """name -> folder: bert (BertModel), bert-mlm, bert-cls, gpt2, t5 (v1.0 relu, tied), t5-gated
     (gated-gelu, untied, 2 encoder / 3 decoder layers), llama (untied), llama-tied, llama-bf16,
     llama-fp16, llama-sharded (shards of 20KB with model.safetensors.index.json), qwen2 (q/k/v biases), qwen3
-    (QK-norm, head_dim 16 apart from hidden / heads, tied)."""
+    (QK-norm, head_dim 16 apart from hidden / heads, tied), mistral (sliding window 8)."""
     import hf_models
     import torch
 
@@ -87,6 +87,7 @@ def hf_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "llama-sharded": lambda p: hf_models.llama_folder(p, shard="20KB"),
         "qwen2": hf_models.qwen2_folder,
         "qwen3": hf_models.qwen3_folder,
+        "mistral": hf_models.mistral_folder,
     }
     return {name: build(root / name) for name, build in builders.items()}
 
@@ -116,6 +117,8 @@ HF_EXPORTS = {
     "gpt2": ("gpt2", {"blocks": False, "attentions": False}),
     "llama": ("llama", {}),
     "t5": ("t5-gated", {"blocks": False}),
+    "qwen3": ("qwen3", {"blocks": False, "attentions": False}),
+    "mistral": ("mistral", {"blocks": False}),
 }
 
 

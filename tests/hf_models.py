@@ -191,6 +191,19 @@ def qwen3_folder(folder: Path) -> Path:
     )  # fmt: skip
 
 
+MISTRAL_WINDOW = 8  # smaller than the parity's prompts (up to 64) and its greedy runs (27 tokens)
+
+
+def mistral_folder(folder: Path) -> Path:
+    """A Mistral: Llama's layout, every layer's attention over the last MISTRAL_WINDOW keys only."""
+    import transformers
+
+    return _llama_like_folder(
+        folder, transformers.MistralConfig, transformers.MistralForCausalLM,
+        rope_theta=1e6, tie_word_embeddings=False, sliding_window=MISTRAL_WINDOW,
+    )  # fmt: skip
+
+
 def _llama_like_folder(
     folder: Path, config_class, model_class, *, dtype=torch.float32, shard=None, **options
 ) -> Path:

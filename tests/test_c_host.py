@@ -126,6 +126,19 @@ def test_every_golden_passes(c_host: Path, family: str) -> None:
     _check_readme_row(family, lines, summary)
 
 
+def test_imported_exports_pass_their_goldens(c_host: Path, hf_exports: dict[str, tuple[Path, Path]]) -> None:
+    """Every Hugging Face architecture's export (tests/conftest.py HF_EXPORTS) verifies in C: graph goldens
+    and greedy ids (the tokenizer goldens need a tokenizer, which the C host does not have yet)."""
+    for name, (_, folder) in hf_exports.items():
+        result = run(c_host, "verify", str(folder))
+        assert result.returncode == 0, f"{name}: " + result.stdout[-3000:] + result.stderr[-2000:]
+        lines = [match for line in result.stdout.splitlines() if (match := RESULT.match(line))]
+        assert lines and all(match.group(1) == "ok  " for match in lines), name
+        worst = max((float(m.group(6)) for m in lines if m.group(6) is not None), default=None)
+        assert worst is not None, f"{name}: no difference was measured"
+        print(f"C host, imported {name}: {len(lines)} results ok, max abs diff {worst:.2e}")
+
+
 def _readme_row(family: str) -> re.Match:
     readme = (HOST / "README.md").read_text()
     row = re.search(

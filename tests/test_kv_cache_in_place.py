@@ -114,6 +114,35 @@ def test_grouped_query_llama_generates_the_same(hf_exports, tmp_path: Path) -> N
     assert bound.generate_ids(rows, temperature=0.0, max_new_tokens=10, stop_tokens=[]) == want
 
 
+@pytest.mark.parametrize("cache", ["in-place", "concat"])
+def test_a_sliding_window_mistral_generates_as_transformers(hf_exports, tmp_path: Path, cache: str) -> None:
+    """Mistral's window (8 keys) crossed by the prompt and the generation: the fused graph, with the cache
+    in place (GroupQueryAttention given the window in its attention bias) or concatenated, decodes a
+    left-padded batch of two as transformers' `generate` does."""
+    import torch
+    import transformers
+
+    folder, export = hf_exports["mistral"]
+    optimize_export(export, tmp_path / "fused", tasks=False, kv_cache=cache)
+    assert ExportFolder.open(tmp_path / "fused").manifest.kv_cache.in_place == (cache == "in-place")
+    rows = [[1, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49], [1, 50, 51]]  # the first already past the window
+    ours = load(tmp_path / "fused", device="cpu").generate_ids(
+        rows, temperature=0.0, max_new_tokens=14, stop_tokens=[]
+    )
+    hf = transformers.MistralForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
+    width = max(map(len, rows))
+    ids = torch.tensor([[0] * (width - len(row)) + row for row in rows])
+    mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in rows])
+    with torch.no_grad():
+        out = hf.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=14, do_sample=False, eos_token_id=None,
+            pad_token_id=0,
+        )  # fmt: skip
+    theirs = out[:, width:].tolist()
+    print(f"mistral {cache}: {[result.tokens for result in ours]}")
+    assert [result.tokens for result in ours] == theirs
+
+
 def test_a_cache_that_cannot_all_be_rewritten_is_refused() -> None:
     model = onnx.load(EXPORTED / "gpt" / "decoder.onnx")
     manifest = ExportFolder.open(EXPORTED / "gpt").manifest

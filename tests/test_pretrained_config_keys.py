@@ -19,7 +19,7 @@ from onnxformer.runtime.errors import ModelImportError
 
 transformers = pytest.importorskip("transformers")
 
-FOLDERS = ("bert", "bert-mlm", "bert-cls", "gpt2", "t5", "t5-gated", "llama", "qwen2", "qwen3")
+FOLDERS = ("bert", "bert-mlm", "bert-cls", "gpt2", "t5", "t5-gated", "llama", "qwen2", "qwen3", "mistral")
 
 
 def copy_with(folder: Path, tmp_path: Path, change) -> Path:

@@ -30,6 +30,8 @@ ARCHITECTURES = {
     "gpt2": "GPT2LMHeadModel",
     "llama": "LlamaForCausalLM",
     "t5": "T5ForConditionalGeneration",
+    "qwen3": "Qwen3ForCausalLM",
+    "mistral": "MistralForCausalLM",
 }
 
 
@@ -50,6 +52,8 @@ def test_export_manifest_carries_the_checkpoints_tokenizer(
         "gpt2": {"prompt": {"prefix": [], "suffix": []}},
         "llama": {"prompt": {"prefix": ["bos"], "suffix": []}},
         "t5": {"source": {"prefix": [], "suffix": ["eos"]}},
+        "qwen3": {"prompt": {"prefix": ["bos"], "suffix": []}},
+        "mistral": {"prompt": {"prefix": ["bos"], "suffix": []}},
     }[name]
     assert manifest["framing"] == framing
     theirs = json.loads((folder / "tokenizer.json").read_text())
@@ -108,7 +112,7 @@ def hf_tokenize(folder: Path, text: str) -> list[int]:
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("name", ["gpt2", "llama"])
+@pytest.mark.parametrize("name", ["gpt2", "llama", "qwen3", "mistral"])
 def test_runtime_greedy_equals_transformers_generate(
     hf_exports: dict[str, tuple[Path, Path]], name: str
 ) -> None:

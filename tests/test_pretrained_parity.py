@@ -145,7 +145,7 @@ def test_bert_matches_transformers(
 
 # ---- decoders: GPT-2 and Llama -----------------------------------------------------------------------
 
-DECODERS = ("gpt2", "llama", "llama-tied", "qwen2", "qwen3")
+DECODERS = ("gpt2", "llama", "llama-tied", "qwen2", "qwen3", "mistral")
 
 
 def hf_positions(mask: torch.Tensor) -> torch.Tensor:

@@ -121,10 +121,13 @@ def block_options(
 def _block_name(
     kind: str, options: BlockOptions, parts: list[str], *, n_heads: int | None = None, cached: bool = False
 ) -> str:
-    """<kind>.<norm place>_<norm>.<ffn>[.cross][.<position>][.gqa|.mqa][.cached], from the values."""
+    """<kind>.<norm place>_<norm>.<ffn>[.cross][.<position>][.gqa|.mqa][.window<W>][.cached], from the
+    values."""
     heads = options.attention.n_kv_heads
     grouped = heads is not None and n_heads is not None and heads != n_heads
     tags = ["mqa" if heads == 1 else "gqa"] if grouped else []
+    if options.attention.sliding_window is not None:
+        tags.append(f"window{options.attention.sliding_window}")
     return ".".join([kind, options.name(), *parts, *tags, *(["cached"] if cached else [])])
 
 

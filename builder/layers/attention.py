@@ -113,7 +113,9 @@ class MultiHeadAttention(nn.Module):
     head_dim): the heads' inner width H * Dh is projected back to D. `scale` replaces 1 / sqrt(Dh).
     `qkv_bias` and `out_bias` set the projections' biases apart (Qwen2 has the first, not the second).
     `query_norm`/`key_norm` normalise each head's queries and keys over Dh before rotary (QK-norm, Qwen3);
-    `softcap` bounds the logits (Gemma 2).
+    `softcap` bounds the logits (Gemma 2). `sliding_window` lets a causal query see only its last
+    `sliding_window` keys, itself included (Mistral); the cache still holds every key, the mask hides the
+    older ones.
     """
 
     def __init__(
@@ -133,6 +135,7 @@ class MultiHeadAttention(nn.Module):
         query_norm: nn.Module | None = None,
         key_norm: nn.Module | None = None,
         softcap: float | None = None,
+        sliding_window: int | None = None,
     ) -> None:
         super().__init__()
         if head_dim is None:
@@ -145,6 +148,8 @@ class MultiHeadAttention(nn.Module):
             check_positive(scale=scale)
         if softcap is not None:
             check_positive(softcap=softcap)
+        if sliding_window is not None:
+            check_positive(sliding_window=sliding_window)
         check_dropout(dropout)
         self.d_model = d_model
         self.n_heads = n_heads
@@ -152,6 +157,7 @@ class MultiHeadAttention(nn.Module):
         self.head_dim = head_dim
         self.scale = scale
         self.softcap = softcap
+        self.sliding_window = sliding_window
         inner, kv_inner = n_heads * head_dim, n_kv_heads * head_dim
         self.q_proj = nn.Linear(d_model, inner, bias=qkv_bias)
         self.k_proj = nn.Linear(d_model, kv_inner, bias=qkv_bias)
@@ -235,7 +241,8 @@ class MultiHeadAttention(nn.Module):
             check_tensor(past_value, "past_value", dims=("B", "H", "P", "Dh"), sizes=shape)
             key = torch.cat([past_key, key], dim=2)  # (B, Hkv, P + T, Dh)
             value = torch.cat([past_value, value], dim=2)  # (B, Hkv, P + T, Dh)
-        mask = _build_mask(attention_mask, causal, x.shape[0], x.shape[1], key.shape[2], x.device)
+        window = self.sliding_window if causal else None
+        mask = _build_mask(attention_mask, causal, x.shape[0], x.shape[1], key.shape[2], x.device, window)
         heads, weights = scaled_dot_product_attention(
             query,
             self._repeat_kv(key),  # (B, H, S, Dh)
@@ -269,6 +276,7 @@ def _build_mask(
     query_length: int,
     key_length: int,
     device: torch.device,
+    window: int | None = None,
 ) -> torch.Tensor | None:
     if attention_mask is not None:
         check_tensor(attention_mask, "attention_mask", dims=("B", "S"), sizes={0: batch})
@@ -279,5 +287,5 @@ def _build_mask(
         )
     return combine(
         padding_mask(attention_mask) if attention_mask is not None else None,
-        causal_mask(query_length, key_length, device=device) if causal else None,
+        causal_mask(query_length, key_length, device=device, window=window) if causal else None,
     )

@@ -36,7 +36,7 @@ from onnxformer.builder.layers.norms import make_norm
 from onnxformer.builder.layers.options import BlockOptions
 from onnxformer.builder.layers.positions import RopeScalingOptions
 from onnxformer.builder.layers.residual import ResidualNorm
-from onnxformer.runtime.errors import InputError
+from onnxformer.runtime.errors import ConfigError, InputError
 
 
 class EncoderBlockOutput(NamedTuple):
@@ -70,6 +70,7 @@ class _AttentionArguments(TypedDict):
     query_norm: nn.Module | None
     key_norm: nn.Module | None
     softcap: float | None
+    sliding_window: int | None
 
 
 def self_attention(
@@ -87,8 +88,11 @@ def self_attention(
 
 
 def _cross_attention(d_model: int, n_heads: int, options: BlockOptions, dropout: float) -> MultiHeadAttention:
-    """Queries from the decoder, keys and values from the encoder: no rotary positions."""
-    return MultiHeadAttention(d_model, n_heads, dropout=dropout, **_attention(options, n_heads, d_model))
+    """Queries from the decoder, keys and values from the encoder: no rotary positions, and no sliding
+    window (the encoder output is seen whole)."""
+    attention = _attention(options, n_heads, d_model)
+    attention["sliding_window"] = None
+    return MultiHeadAttention(d_model, n_heads, dropout=dropout, **attention)
 
 
 def _attention(options: BlockOptions, n_heads: int, d_model: int) -> _AttentionArguments:
@@ -110,6 +114,7 @@ def _attention(options: BlockOptions, n_heads: int, d_model: int) -> _AttentionA
         "query_norm": head_norm(),
         "key_norm": head_norm(),
         "softcap": a.softcap,
+        "sliding_window": a.sliding_window,
     }
 
 
@@ -144,6 +149,11 @@ class EncoderBlock(nn.Module):
     ) -> None:
         super().__init__()
         options = BlockOptions() if options is None else options
+        if options.attention.sliding_window is not None:
+            raise ConfigError(
+                f"attention.sliding_window={options.attention.sliding_window} is built for causal "
+                "self-attention (decoder blocks) only; an encoder block's window is not built yet"
+            )
         self.options = options
         self.self_attn = self_attention(d_model, n_heads, options, dropout=dropout)
         self.self_attn_residual = _residual(d_model, options, dropout)

@@ -13,17 +13,25 @@ def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask != 0)[:, None, None, :]  # (B, 1, 1, S)
 
 
-def causal_mask(query_length: int, key_length: int, *, device: torch.device) -> torch.Tensor:
-    """(1, 1, T, S) bool: query i (at absolute position S - T + i) sees keys 0 .. S - T + i.
+def causal_mask(
+    query_length: int, key_length: int, *, device: torch.device, window: int | None = None
+) -> torch.Tensor:
+    """(1, 1, T, S) bool: query i (at absolute position S - T + i) sees keys 0 .. S - T + i, or with a
+    sliding `window` only the last `window` of them, itself included (keys S - T + i - window + 1 ..).
 
-    With a cache the queries are the last T of the S positions, so the past P = S - T keys are all visible.
+    With a cache the queries are the last T of the S positions, so the past P = S - T keys are all visible
+    (within the window). Positions here are slots of the key sequence, padding included, as in
+    transformers' sliding-window mask (its cache positions): a left-padded row's window counts its pads.
     """
     past = key_length - query_length
     query_pos = torch.arange(query_length, device=device) + past  # (T,)
     key_pos = torch.arange(key_length, device=device)  # (S,)
     # "not after" rather than `<=`: the same mask, but tract 0.23 miscompiles an exported LessOrEqual of
     # two ranges when the past folds to 0 (wrong broadcast shape, or a panic at T=1); Greater + Not is safe.
-    return (~(key_pos[None, :] > query_pos[:, None]))[None, None]  # (1, 1, T, S)
+    visible = ~(key_pos[None, :] > query_pos[:, None])  # (T, S)
+    if window is not None:
+        visible = visible & (key_pos[None, :] > query_pos[:, None] - window)  # (T, S): the last `window`
+    return visible[None, None]  # (1, 1, T, S)
 
 
 def combine(*masks: torch.Tensor | None) -> torch.Tensor | None:

@@ -95,7 +95,9 @@ class AttentionOptions:
     out_bias: bool = True  # a bias on the output projection (Qwen2: no)
     qk_norm: bool = False  # the block's norm on each head's queries and keys before rotary (Qwen3)
     softcap: float | None = None  # logits -> softcap * tanh(logits / softcap) (Gemma 2)
-    sliding_window: int | None = None  # attend to the last this-many keys only (Mistral, Gemma local)
+    sliding_window: int | None = (
+        None  # a causal query sees its last this-many keys, itself included (Mistral)
+    )
 
     def __post_init__(self) -> None:
         _positive("attention", "n_kv_heads", self.n_kv_heads, optional=True, whole=True)
@@ -105,7 +107,6 @@ class AttentionOptions:
         _positive("attention", "sliding_window", self.sliding_window, optional=True, whole=True)
         for name in ("qkv_bias", "out_bias", "qk_norm"):
             _flag("attention", name, getattr(self, name))
-        _not_built("attention", self, sliding_window=None)
 
 
 def rope_scaling_from_dict(values: dict[str, Any]) -> RopeScalingOptions:

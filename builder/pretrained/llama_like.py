@@ -3,7 +3,7 @@ rope_theta and rope scaling, a gated SiLU feed-forward, grouped-query attention,
 
 What sets the rows apart is small and stated in the row: which projections carry biases (Llama: all or
 none, by `attention_bias`; Qwen2: q, k and v but not the output), whether each head's queries and keys
-are RMS-normed (Qwen3), which config.json settings the import refuses or knows to change nothing, and the
+are RMS-normed (Qwen3), whether attention slides over the last `sliding_window` keys (Mistral), which config.json settings the import refuses or knows to change nothing, and the
 checkpoint's names for a layer's tensors. Everything else (the config keys, the model,
 the key mapping) is shared, so an architecture of this kind is a row, not a copy of this module.
 """
@@ -56,6 +56,7 @@ class Row:
     layer: dict[str, str] = field(default_factory=lambda: dict(LLAMA_LAYER))
     neutral: dict[str, str] = field(default_factory=dict)  # config.json keys that change nothing -> why
     qk_norm: bool = False  # an RMSNorm on each head's queries and keys (q_norm, k_norm) before rotary
+    sliding_window: bool = False  # config.json sliding_window (null: none) bounds every layer's attention
 
 
 def _llama_biases(hf: dict[str, Any]) -> tuple[bool, bool]:
@@ -75,6 +76,7 @@ ROWS = {
         refused=(("use_sliding_window", False, "sliding-window attention is not built yet"),),
         neutral=_SLIDING_OFF,
     ),
+    "MistralForCausalLM": Row("mistral", lambda hf: (False, False), sliding_window=True),
     "Qwen3ForCausalLM": Row(
         "qwen3",
         _llama_biases,
@@ -105,6 +107,7 @@ def config(row: Row, hf: dict[str, Any], tensors: dict[str, torch.Tensor], folde
             qkv_bias=qkv_bias,
             out_bias=out_bias,
             qk_norm=row.qk_norm,
+            sliding_window=get(hf, "sliding_window", default=None) if row.sliding_window else None,
         ),
         rotary=RotaryOptions(theta, scaling),
         ffn=FeedForwardOptions(
