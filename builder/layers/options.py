@@ -95,9 +95,7 @@ class AttentionOptions:
     out_bias: bool = True  # a bias on the output projection (Qwen2: no)
     qk_norm: bool = False  # the block's norm on each head's queries and keys before rotary (Qwen3)
     softcap: float | None = None  # logits -> softcap * tanh(logits / softcap) (Gemma 2)
-    sliding_window: int | None = (
-        None  # a causal query sees its last this-many keys, itself included (Mistral)
-    )
+    sliding_window: int | None = None  # a causal query sees its last this-many keys, itself too (Mistral)
 
     def __post_init__(self) -> None:
         _positive("attention", "n_kv_heads", self.n_kv_heads, optional=True, whole=True)

@@ -3,9 +3,10 @@ rope_theta and rope scaling, a gated SiLU feed-forward, grouped-query attention,
 
 What sets the rows apart is small and stated in the row: which projections carry biases (Llama: all or
 none, by `attention_bias`; Qwen2: q, k and v but not the output), whether each head's queries and keys
-are RMS-normed (Qwen3), whether attention slides over the last `sliding_window` keys (Mistral), which config.json settings the import refuses or knows to change nothing, and the
-checkpoint's names for a layer's tensors. Everything else (the config keys, the model,
-the key mapping) is shared, so an architecture of this kind is a row, not a copy of this module.
+are RMS-normed (Qwen3), whether attention slides over the last `sliding_window` keys (Mistral), which
+config.json settings the import refuses or knows to change nothing, and the checkpoint's names for a
+layer's tensors. Everything else (the config keys, the model, the key mapping) is shared, so an
+architecture of this kind is a row, not a copy of this module.
 """
 
 from collections.abc import Callable
