@@ -46,12 +46,13 @@ class TextEncoder(ExportModel):
 
     def __init__(self, export: ModelExport) -> None:
         super().__init__(export)
-        self.dim: int = export.shape.d_model
+        self._io = export.io("encoder")
+        # The embedding's width: d_model, or a sentence-transformers Dense module's out_features.
+        self.dim: int = _embedding_width(export, self._io.outputs.get("sentence_embedding"))
         self.num_labels: int = export.shape.num_labels or 2
         # The most ids a text is read as (framing included): longer texts are cut to it, or refused.
         self.max_length: int = self.framing.limit(self.max_len)
         self._encoder = export.sessions["encoder"]
-        self._io = export.io("encoder")
         self.has_classifier: bool = "class_logits" in self._io.outputs
         # An imported checkpoint (manifest extra.source) was not trained on the built-in task.
         self.label_names: dict[int, str] = {} if "source" in export.manifest.extra else dict(LABELS)
@@ -64,7 +65,8 @@ class TextEncoder(ExportModel):
         normalize: bool = False,
         truncate: bool = True,
     ) -> np.ndarray:
-        """Sentence embeddings (mean of the real tokens' last hidden states): (N, D) for a list of N texts,
+        """Sentence embeddings (the graph's pooling of the last hidden states: mean over the real tokens, or a
+        sentence-transformers folder's Pooling, Dense and Normalize): (N, D) for a list of N texts,
         (D,) for one str. An empty text is fine (it is <cls> <sep>).
 
         `normalize=True` scales each embedding to unit L2 norm (as sentence-transformers'
@@ -205,6 +207,15 @@ class TextEncoder(ExportModel):
 
     def warm_up(self) -> None:
         self.embed("a")
+
+
+def _embedding_width(export: ModelExport, output: str | None) -> int:
+    """The last axis of the encoder graph's embedding output as the manifest records it (else d_model)."""
+    entry = export.manifest.file(export.manifest.graphs["encoder"])
+    for spec in entry.outputs:
+        if spec.name == output and spec.shape and isinstance(spec.shape[-1], int):
+            return spec.shape[-1]
+    return export.shape.d_model
 
 
 def _softmax(logits: np.ndarray) -> npt.NDArray[np.float64]:

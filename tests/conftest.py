@@ -68,7 +68,11 @@ def hf_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """name -> folder: bert (BertModel), bert-mlm, bert-cls, gpt2, t5 (v1.0 relu, tied), t5-gated
     (gated-gelu, untied, 2 encoder / 3 decoder layers), llama (untied), llama-tied, llama-bf16,
     llama-fp16, llama-sharded (shards of 20KB with model.safetensors.index.json), qwen2 (q/k/v biases), qwen3
-    (QK-norm, head_dim 16 apart from hidden / heads, tied), mistral (sliding window 8)."""
+    (QK-norm, head_dim 16 apart from hidden / heads, tied), mistral (sliding window 8),
+    gemma2 and gemma3 (sandwich norms, local and global layers, byte-fallback BPE), phi3 (fused q/k/v and
+    gate/up, partial rotary, window 8), phi3-longrope (longrope: 16 positions stretched to 80), neox
+    (per-head fused q/k/v, partial rotary, parallel residual), smollm3 (NoPE layers, a sliding layer),
+    smollm2 (a Llama with SmolLM2's config keys)."""
     import hf_models
     import torch
 
@@ -88,6 +92,13 @@ def hf_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "qwen2": hf_models.qwen2_folder,
         "qwen3": hf_models.qwen3_folder,
         "mistral": hf_models.mistral_folder,
+        "gemma2": hf_models.gemma2_folder,
+        "gemma3": hf_models.gemma3_folder,
+        "phi3": hf_models.phi3_folder,
+        "phi3-longrope": hf_models.phi3_longrope_folder,
+        "neox": hf_models.neox_folder,
+        "smollm3": hf_models.smollm3_folder,
+        "smollm2": hf_models.smollm2_folder,
     }
     return {name: build(root / name) for name, build in builders.items()}
 
@@ -119,6 +130,12 @@ HF_EXPORTS = {
     "t5": ("t5-gated", {"blocks": False}),
     "qwen3": ("qwen3", {"blocks": False, "attentions": False}),
     "mistral": ("mistral", {"blocks": False}),
+    "gemma2": ("gemma2", {"blocks": False, "attentions": False}),
+    "gemma3": ("gemma3", {"attentions": False}),
+    "phi3": ("phi3", {"blocks": False, "attentions": False}),
+    "phi3-longrope": ("phi3-longrope", {"blocks": False, "attentions": False}),
+    "neox": ("neox", {"blocks": False, "attentions": False}),
+    "smollm3": ("smollm3", {"blocks": False, "attentions": False}),
 }
 
 

@@ -181,14 +181,25 @@ def qwen2_folder(folder: Path) -> Path:
     )  # fmt: skip
 
 
+# A ChatML template as Qwen's tokenizer_config.json carries one (shortened): kept in the export as is.
+CHATML = (
+    "{% for message in messages %}<s>{{ message['role'] }}\n{{ message['content'] }}</s>\n{% endfor %}"
+    "{% if add_generation_prompt %}<s>assistant\n{% endif %}"
+)
+
+
 def qwen3_folder(folder: Path) -> Path:
     """A Qwen3: RMSNorm on each head's queries and keys, a head width (16) apart from hidden / heads (8)."""
     import transformers
 
-    return _llama_like_folder(
+    folder = _llama_like_folder(
         folder, transformers.Qwen3Config, transformers.Qwen3ForCausalLM,
         rope_theta=1e6, tie_word_embeddings=True, head_dim=16, attention_bias=False,
     )  # fmt: skip
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    tokenizer.chat_template = CHATML
+    tokenizer.save_pretrained(folder)
+    return folder
 
 
 MISTRAL_WINDOW = 8  # smaller than the parity's prompts (up to 64) and its greedy runs (27 tokens)
@@ -204,24 +215,183 @@ def mistral_folder(folder: Path) -> Path:
     )  # fmt: skip
 
 
+def byte_fallback_bpe_tokenizer() -> Tokenizer:
+    """SentencePiece-style BPE as Gemma's tokenizer.json has it: spaces become "▁" (no pre-tokenizer), and a
+    character outside the vocabulary falls back to its UTF-8 bytes as <0xXX> tokens."""
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>"]
+    trained = Tokenizer(models.BPE(unk_token="<unk>"))
+    trained.normalizer = normalizers.Replace(" ", "\u2581")
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=specials, show_progress=False)
+    trained.train_from_iterator(CORPUS, trainer=trainer)
+    data = json.loads(trained.to_str())
+    words = [t for t, _ in sorted(data["model"]["vocab"].items(), key=lambda kv: kv[1]) if t not in specials]
+    pieces = [*specials, *(f"<0x{b:02X}>" for b in range(256)), *words]
+    data["model"]["vocab"] = {piece: index for index, piece in enumerate(pieces)}
+    data["model"]["byte_fallback"] = True
+    data["model"]["fuse_unk"] = True
+    data["added_tokens"] = [
+        {"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+         "special": True}
+        for i, t in enumerate(specials)
+    ]  # fmt: skip
+    tok = Tokenizer.from_str(json.dumps(data))
+    tok.decoder = decoders.Sequence(
+        [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
+    )
+    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 2)])
+    return tok
+
+
+GEMMA_WINDOW = 8
+GEMMA_TOKENS = {"pad_token": "<pad>", "eos_token": "<eos>", "bos_token": "<bos>", "unk_token": "<unk>"}
+
+
+def gemma2_folder(folder: Path) -> Path:
+    """A Gemma 2: sandwich norms, (1 + w) RMSNorm, GeGLU, scaled embeddings, query_pre_attn_scalar apart from
+    head_dim, attention and final soft-caps small enough to bite, layers sliding (window 8) and global in
+    turn, head_dim 16 apart from hidden / heads; the byte-fallback BPE tokenizer."""
+    import transformers
+
+    return _llama_like_folder(
+        folder, transformers.Gemma2Config, transformers.Gemma2ForCausalLM,
+        tok=byte_fallback_bpe_tokenizer(), roles=GEMMA_TOKENS, special_ids=(0, 2, 1), layers=3,
+        head_dim=16, query_pre_attn_scalar=24, attn_logit_softcapping=3.0, final_logit_softcapping=4.0,
+        sliding_window=GEMMA_WINDOW, rope_theta=1e4, hidden_activation="gelu_pytorch_tanh",
+    )  # fmt: skip
+
+
+def gemma3_folder(folder: Path) -> Path:
+    """A Gemma 3 text decoder: Gemma 2's layer with QK-norm and no soft-caps, local layers (window 8) with
+    their own rope base, every third layer global."""
+    import transformers
+
+    return _llama_like_folder(
+        folder, transformers.Gemma3TextConfig, transformers.Gemma3ForCausalLM,
+        tok=byte_fallback_bpe_tokenizer(), roles=GEMMA_TOKENS, special_ids=(0, 2, 1), layers=3,
+        head_dim=16, query_pre_attn_scalar=16, sliding_window=GEMMA_WINDOW,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+            "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+        },
+    )  # fmt: skip
+
+
+def smollm3_folder(folder: Path) -> Path:
+    """A SmolLM3: Llama's layer, rotary left out of every second layer (no_rope_layer_interval 2: NoPE),
+    the last layer sliding over 8 keys (layer_types), GQA, tied."""
+    import transformers
+
+    return _llama_like_folder(
+        folder, transformers.SmolLM3Config, transformers.SmolLM3ForCausalLM, layers=3,
+        special_ids=(0, 1, 2), tie_word_embeddings=True, no_rope_layer_interval=2, sliding_window=8,
+        use_sliding_window=True, layer_types=["full_attention", "full_attention", "sliding_attention"],
+        rope_parameters={"rope_type": "default", "rope_theta": 2e6},
+    )  # fmt: skip
+
+
+def smollm2_folder(folder: Path) -> Path:
+    """A SmolLM2: a LlamaForCausalLM with SmolLM2's choices (tied head, rope_theta 1e5, 3 query heads per
+    KV head), imported as Llama with nothing of its own."""
+    import transformers
+
+    folder = _llama_like_folder(
+        folder, transformers.LlamaConfig, transformers.LlamaForCausalLM, special_ids=(0, 1, 2),
+        tie_word_embeddings=True, rope_theta=1e5, hidden_size=48, num_attention_heads=6,
+        num_key_value_heads=2, rms_norm_eps=1e-5,
+    )  # fmt: skip
+    # the keys nanotron's conversion writes into SmolLM2's config.json, which transformers' Llama ignores
+    config = json.loads((folder / "config.json").read_text())
+    config |= {"is_llama_config": True, "rope_interleaved": False, "pretraining_tp": 1}
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    return folder
+
+
+def phi3_folder(folder: Path) -> Path:
+    """A Phi-3: q/k/v fused in qkv_proj (unequal parts: 4 query heads, 2 KV heads), gate and up fused, half
+    of each head rotating (partial_rotary_factor 0.5, as Phi-4-mini's 0.75), a sliding window of 8."""
+    import transformers
+
+    return _llama_like_folder(
+        folder, transformers.Phi3Config, transformers.Phi3ForCausalLM,
+        special_ids=(0, 1, 2), tie_word_embeddings=False, sliding_window=8,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5},
+    )  # fmt: skip
+
+
+def phi3_longrope_folder(folder: Path) -> Path:
+    """A Phi-3 with longrope scaling (the 128k checkpoints' kind): trained on 16 positions, stretched to 80;
+    short factors up to 16 positions, long ones past them (the parity's 64-token cases), cos and sin scaled
+    by sqrt(1 + ln 5 / ln 16); no sliding window, whole-head rotary."""
+    import transformers
+
+    pairs = 4  # head width 8: 4 rotated pairs
+    return _llama_like_folder(
+        folder, transformers.Phi3Config, transformers.Phi3ForCausalLM,
+        special_ids=(0, 1, 2), tie_word_embeddings=False, original_max_position_embeddings=16,
+        rope_parameters={
+            "rope_type": "longrope", "rope_theta": 1e4,
+            "short_factor": [1.0 + 0.3 * i for i in range(pairs)],
+            "long_factor": [1.5 + 2.0 * i for i in range(pairs)],
+        },
+    )  # fmt: skip
+
+
+def neox_folder(folder: Path) -> Path:
+    """A GPT-NeoX (Pythia): LayerNorm with biases, exact GELU, q/k/v fused per head, a quarter of each head
+    rotating (rotary_pct 0.25 of 16: 4 features), attention and MLP in parallel, an untied head."""
+    import transformers
+
+    tok = byte_bpe_tokenizer(["<|endoftext|>"], prefix=None)
+    eos = tok.token_to_id("<|endoftext|>")
+    config = transformers.GPTNeoXConfig(
+        vocab_size=_vocab(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, max_position_embeddings=80, initializer_range=SCALE,
+        bos_token_id=eos, eos_token_id=eos, use_parallel_residual=True, hidden_act="gelu",
+        rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.25},
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.GPTNeoXForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "layernorm" in name or "layer_norm" in name:
+                parameter.uniform_(0.5, 1.5) if name.endswith("weight") else parameter.normal_(0.0, 0.5)
+            elif name.endswith(".bias"):
+                parameter.normal_(0.0, 0.5)
+    model.save_pretrained(folder)
+    roles = {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>"}
+    save_tokenizer(folder, tok, roles)
+    return folder
+
+
 def _llama_like_folder(
-    folder: Path, config_class, model_class, *, dtype=torch.float32, shard=None, **options
+    folder: Path,
+    config_class,
+    model_class,
+    *,
+    dtype=torch.float32,
+    shard=None,
+    tok: Tokenizer | None = None,
+    roles: dict | None = None,
+    special_ids: tuple[int, int, int] = (None, 1, 2),  # pad, bos, eos
+    layers: int = 2,
+    **options,
 ) -> Path:
     """A tiny decoder of a Llama-like architecture: 4 heads, 2 KV heads, random norm weights and biases."""
-    tok = byte_bpe_tokenizer(["<unk>", "<s>", "</s>"], prefix="<s>")
+    tok = tok or byte_bpe_tokenizer(["<unk>", "<s>", "</s>"], prefix="<s>")
+    roles = roles or {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+    pad, bos, eos = special_ids
+    sizes = {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-6}
     config = config_class(
         vocab_size=_vocab(tok),
-        hidden_size=32,
         intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_hidden_layers=layers,
         max_position_embeddings=80,
         initializer_range=SCALE,
-        bos_token_id=1,
-        eos_token_id=2,
-        rms_norm_eps=1e-6,
-        **options,
+        bos_token_id=bos,
+        eos_token_id=eos,
+        **({"pad_token_id": pad} if pad is not None else {}),
+        **{**sizes, **options},
     )
     torch.manual_seed(0)
     model = model_class(config).eval()
@@ -233,7 +403,7 @@ def _llama_like_folder(
             elif name.endswith(".bias"):
                 parameter.normal_(0.0, 0.5)
     model.to(dtype).save_pretrained(folder, **({"max_shard_size": shard} if shard else {}))
-    save_tokenizer(folder, tok, {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"})
+    save_tokenizer(folder, tok, roles)
     return folder
 
 

@@ -32,11 +32,17 @@ def test_catalog_covers_every_option() -> None:
     seen: dict[str, set] = {}
     for spec in CATALOG:
         for key, value in spec.options.items():
-            seen.setdefault(f"{spec.kind}.{key}", set()).add(value)
+            seen.setdefault(f"{spec.kind}.{key}", set()).add(
+                tuple(value) if isinstance(value, list) else value
+            )
     assert seen["encoder_block.residual.position"] == {"pre", "post"}
     assert seen["decoder_block.residual.position"] == {"pre", "post"}
     assert seen["encoder_block.ffn.activation"] == {"relu", "gelu"}
-    assert seen["decoder_block.ffn.activation"] == {"relu", "gelu", "silu"}
+    assert seen["decoder_block.ffn.activation"] == {"relu", "gelu", "silu", "gelu_tanh"}
+    assert seen["decoder_block.residual.sandwich"] == {True, False}
+    assert seen["decoder_block.residual.parallel"] == {True, False}
+    assert seen["decoder_block.attention.sliding_window"] == {None, 4}
+    assert seen["positional_encoding.rotary.fraction"] == {0.5, 1.0}
     assert seen["feed_forward.ffn.activation"] == {"relu", "gelu", "gelu_tanh", "silu"}
     assert seen["feed_forward.ffn.gated"] == {True, False}
     assert seen["feed_forward.ffn.bias"] == {True, False}

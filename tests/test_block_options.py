@@ -13,6 +13,7 @@ from onnxformer.builder.families.config import block_from_shorthand, config_from
 from onnxformer.builder.layers import (
     AttentionOptions,
     BlockOptions,
+    DecoderBlock,
     DecoderStack,
     EncoderBlock,
     FeedForwardOptions,
@@ -45,20 +46,6 @@ def assert_close(got: torch.Tensor, expected: torch.Tensor, what: str) -> None:
 # ---- the value itself -------------------------------------------------------------------------------
 
 
-NOT_BUILT = [
-    pytest.param(lambda: AttentionOptions(sliding_window=4096), "attention.sliding_window=4096", id="window"),
-    pytest.param(lambda: RotaryOptions(fraction=0.25), "rotary.fraction=0.25", id="partial-rotary"),
-    pytest.param(lambda: ResidualOptions(sandwich=True), "residual.sandwich=True", id="sandwich"),
-    pytest.param(lambda: ResidualOptions(parallel=True), "residual.parallel=True", id="parallel"),
-]
-
-
-@pytest.mark.parametrize(("build", "name"), NOT_BUILT)
-def test_an_option_not_built_yet_is_refused_by_name(build, name: str) -> None:
-    with pytest.raises(ConfigError, match=rf"{name} is not built yet.*leave it at"):
-        build()
-
-
 BAD_VALUES = [
     pytest.param(lambda: NormOptions("batch"), r"norm.kind must be one of", id="norm-kind"),
     pytest.param(lambda: NormOptions(eps=0.0), r"norm.eps must be a finite number > 0", id="eps"),
@@ -76,6 +63,28 @@ BAD_VALUES = [
         lambda: BlockOptions(norm="rms"), r"block option group norm must be NormOptions", id="group"
     ),
     pytest.param(lambda: BlockOptions(attention={"heads": 2}), r"unknown attention option", id="unknown"),
+    pytest.param(
+        lambda: ResidualOptions("post", sandwich=True), r"residual.sandwich applies to pre", id="sw"
+    ),
+    pytest.param(
+        lambda: ResidualOptions("post", parallel=True), r"residual.parallel applies to pre", id="par"
+    ),
+    pytest.param(lambda: RotaryOptions(fraction=1.5), r"rotary.fraction is a share", id="fraction"),
+    pytest.param(
+        lambda: MultiHeadAttention(D_MODEL, N_HEADS, rotary=True, rotary_fraction=0.2),
+        r"even rotated width, got 1 \(head width 8 times fraction 0.2\)",
+        id="odd-rotated",
+    ),
+    pytest.param(
+        lambda: ResidualOptions("post", attention_norm=False),
+        r"residual.attention_norm=False leaves out the norm before self-attention",
+        id="encoder-window",
+    ),
+    pytest.param(
+        lambda: DecoderBlock(D_MODEL, N_HEADS, D_FF, BlockOptions(residual=ResidualOptions(parallel=True))),
+        r"a parallel decoder block with cross-attention is not",
+        id="parallel-cross",
+    ),
 ]
 
 
@@ -229,3 +238,124 @@ def test_a_stack_takes_one_value_per_layer() -> None:
     assert [block.options for block in stack.blocks] == [local, wide, local]
     with pytest.raises(ConfigError, match=r"one BlockOptions per layer"):
         DecoderStack(D_MODEL, N_HEADS, D_FF, (), cross_attention=False, final_norm=None)
+
+
+# ---- the options the architectures issue built: sliding window, partial rotary, sandwich, parallel -------
+
+
+def test_a_sliding_window_shows_each_query_its_last_keys() -> None:
+    """Query at slot i sees keys i - W + 1 .. i: written out as a loop, first step and cached step."""
+    window, total = 3, 9
+    attention = MultiHeadAttention(D_MODEL, N_HEADS, sliding_window=window).double().eval()
+    x = torch.randn(BATCH, total, D_MODEL, dtype=torch.float64)
+    split = [
+        getattr(attention, f"{p}_proj")(x).view(BATCH, total, N_HEADS, HEAD_DIM).transpose(1, 2)
+        for p in "qkv"
+    ]
+    logits = split[0] @ split[1].transpose(-1, -2) / HEAD_DIM**0.5  # (B, H, T, T)
+    allowed = torch.tensor([[i - window < j <= i for j in range(total)] for i in range(total)])
+    weights = torch.softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1)
+    expected = attention.out_proj((weights @ split[2]).transpose(1, 2).reshape(BATCH, total, D_MODEL))
+    assert_close(attention(x, causal=True).output, expected, "sliding window, full sequence")
+    first = attention(x[:, :6], causal=True)
+    cached = attention(x[:, 6:], causal=True, past_key=first.present_key, past_value=first.present_value)
+    assert_close(cached.output, expected[:, 6:], "sliding window, cached steps past it")
+
+
+def test_partial_rotary_turns_the_first_features_only() -> None:
+    """fraction 0.5 of Dh 8: pairs (i, i + 2) of the first 4 features at angle p * base^(-2i/4)."""
+    attention = MultiHeadAttention(D_MODEL, N_HEADS, rotary=True, rotary_fraction=0.5)
+    rotary = attention.rotary.double()
+    x = torch.randn(BATCH, N_HEADS, LENGTH, HEAD_DIM, dtype=torch.float64)
+    positions = torch.arange(LENGTH).repeat(BATCH, 1) + 3  # (B, T)
+    expected = x.clone()
+    for i in range(2):
+        angle = positions[:, None, :] * 10000.0 ** (-2 * i / 4)  # (B, 1, T)
+        a, b = x[..., i], x[..., i + 2]
+        expected[..., i] = a * torch.cos(angle) - b * torch.sin(angle)
+        expected[..., i + 2] = b * torch.cos(angle) + a * torch.sin(angle)
+    got = rotary(x, positions)
+    # the angles are computed in fp32 (as in transformers): compare at fp32's precision
+    diff = (got - expected).abs().max().item()
+    print(f"partial rotary: max abs diff {diff:.3g}")
+    assert diff <= 1e-5 and torch.equal(got[..., 4:], x[..., 4:])
+
+
+def test_a_sandwich_norms_each_sublayer_output_before_the_sum() -> None:
+    options = BlockOptions(norm=NormOptions("rms", eps=1e-6), residual=ResidualOptions(sandwich=True))
+    block = DecoderBlock(D_MODEL, N_HEADS, D_FF, options, cross_attention=False).double().eval()
+    with torch.no_grad():
+        for parameter in block.parameters():
+            parameter.uniform_(-0.5, 1.5)
+    x = hidden()
+    a, f = block.self_attn_residual, block.ffn_residual
+    after_attention = x + a.output_norm(block.self_attn(a.norm(x), causal=True).output)
+    expected = after_attention + f.output_norm(block.ffn(f.norm(after_attention)))
+    assert_close(block(x).hidden, expected, "sandwich norms")
+
+
+def test_parallel_sublayers_read_the_same_input() -> None:
+    """GPT-NeoX: x + attn(LN1 x) + FFN(LN2 x)."""
+    options = BlockOptions(residual=ResidualOptions(parallel=True))
+    block = DecoderBlock(D_MODEL, N_HEADS, D_FF, options, cross_attention=False).double().eval()
+    x = hidden()
+    a, f = block.self_attn_residual, block.ffn_residual
+    expected = x + block.self_attn(a.norm(x), causal=True).output + block.ffn(f.norm(x))
+    assert_close(block(x).hidden, expected, "parallel residual")
+    encoder = EncoderBlock(D_MODEL, N_HEADS, D_FF, options).double().eval()
+    a, f = encoder.self_attn_residual, encoder.ffn_residual
+    assert_close(
+        encoder(x).hidden, x + encoder.self_attn(a.norm(x)).output + encoder.ffn(f.norm(x)), "encoder"
+    )
+
+
+def test_a_bidirectional_window_shows_each_query_its_neighbours() -> None:
+    """Encoder self-attention with window W: query i sees keys j with |i - j| < W, padding hidden too
+    (transformers' bidirectional sliding window |i - j| <= w is W = w + 1: ModernBERT's local layers)."""
+    window, total = 3, 9
+    block = EncoderBlock(
+        D_MODEL, N_HEADS, D_FF, BlockOptions(attention=AttentionOptions(sliding_window=window))
+    )
+    attention = block.double().eval().self_attn
+    x = torch.randn(BATCH, total, D_MODEL, dtype=torch.float64)
+    mask = torch.ones(BATCH, total, dtype=torch.long)
+    mask[1, 7:] = 0  # the second row right-padded
+    near = torch.tensor([[abs(i - j) < window for j in range(total)] for i in range(total)])  # (T, T)
+    allowed = near[None, None] & mask.bool()[:, None, None, :]  # (B, 1, T, T)
+
+    def attend(inputs: torch.Tensor) -> torch.Tensor:
+        split = [
+            getattr(attention, f"{p}_proj")(inputs).view(BATCH, total, N_HEADS, HEAD_DIM).transpose(1, 2)
+            for p in "qkv"
+        ]
+        logits = split[0] @ split[1].transpose(-1, -2) / HEAD_DIM**0.5  # (B, H, T, T)
+        weights = torch.softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1)
+        return attention.out_proj((weights @ split[2]).transpose(1, 2).reshape(BATCH, total, D_MODEL))
+
+    expected, got = attend(x), attention(x, attention_mask=mask).output
+    assert_close(got[0], expected[0], "bidirectional window")
+    assert_close(got[1, :7], expected[1, :7], "bidirectional window, padded row")
+    a, f = block.self_attn_residual, block.ffn_residual
+    after_attention = x + attend(a.norm(x))  # pre-LN, the default
+    whole = after_attention + block.ffn(f.norm(after_attention))
+    got = block(x, attention_mask=mask).hidden
+    assert_close(got[0], whole[0], "encoder block with a window")
+    assert_close(got[1, :7], whole[1, :7], "encoder block with a window, padded row")
+
+
+def test_a_block_can_leave_out_the_norm_before_self_attention() -> None:
+    """ModernBERT's first layer: x + attn(x), then x + FFN(LN x); LayerNorms without bias."""
+    options = BlockOptions(
+        norm=NormOptions(bias=False), residual=ResidualOptions("pre", attention_norm=False)
+    )
+    block = EncoderBlock(D_MODEL, N_HEADS, D_FF, options).double().eval()
+    with torch.no_grad():
+        block.ffn_residual.norm.weight.uniform_(0.5, 1.5)
+    x = hidden()
+    after_attention = x + block.self_attn(x).output
+    centred = after_attention - after_attention.mean(-1, keepdim=True)
+    normed = centred / (centred.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt()
+    expected = after_attention + block.ffn(normed * block.ffn_residual.norm.weight)
+    assert_close(block(x).hidden, expected, "no norm before attention, norms without bias")
+    assert block.ffn_residual.norm.bias is None
+    assert not list(block.self_attn_residual.parameters())

@@ -12,6 +12,7 @@ import json
 import shutil
 from pathlib import Path
 
+import hf_encoders
 import pytest
 
 from onnxformer.builder.pretrained import ARCHITECTURES, NEAREST, from_pretrained
@@ -19,7 +20,27 @@ from onnxformer.runtime.errors import ModelImportError
 
 transformers = pytest.importorskip("transformers")
 
-FOLDERS = ("bert", "bert-mlm", "bert-cls", "gpt2", "t5", "t5-gated", "llama", "qwen2", "qwen3", "mistral")
+FOLDERS = (
+    "bert",
+    "bert-mlm",
+    "bert-cls",
+    "gpt2",
+    "t5",
+    "t5-gated",
+    "llama",
+    "qwen2",
+    "qwen3",
+    "mistral",
+    "gemma2",
+    "gemma3",
+    *hf_encoders.ENCODERS,  # DistilBERT, RoBERTa and XLM-R: tests/hf_encoders.py
+)
+
+
+@pytest.fixture(scope="module")
+def hf_folders(hf_folders: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """conftest's folders and tests/hf_encoders.py's encoders."""
+    return {**hf_folders, **hf_encoders.encoder_folders(tmp_path_factory.mktemp("encoders"), sentence=False)}
 
 
 def copy_with(folder: Path, tmp_path: Path, change) -> Path:
@@ -98,3 +119,43 @@ def test_the_nearest_table_names_only_what_is_not_supported() -> None:
     """An architecture that imports must leave the table (its entry would never be read)."""
     assert not set(NEAREST) & set(ARCHITECTURES)
     assert all(nearest in ARCHITECTURES or nearest in NEAREST for nearest, _ in NEAREST.values())
+
+
+# ---- tokenizer.json: every part of a type the hosts' tokenizer reads -------------------------------------
+
+
+def copy_with_tokenizer(folder: Path, tmp_path: Path, change) -> Path:
+    copy = Path(shutil.copytree(folder, tmp_path / folder.name))
+    data = json.loads((copy / "tokenizer.json").read_text())
+    (copy / "tokenizer.json").write_text(json.dumps(change(data)))
+    return copy
+
+
+@pytest.mark.parametrize(
+    ("part", "value", "named"),
+    [
+        ("normalizer", {"type": "Nmt"}, "normalizer is of type 'Nmt'"),
+        (
+            "pre_tokenizer",
+            {"type": "Sequence", "pretokenizers": [{"type": "UnicodeScripts"}]},
+            "pre_tokenizer[0] is of type 'UnicodeScripts'",
+        ),
+    ],
+)
+def test_a_tokenizer_part_the_hosts_cannot_read_is_refused(
+    hf_folders: dict[str, Path], tmp_path: Path, part: str, value: dict, named: str
+) -> None:
+    """The Python tokenizers library reads Nmt and UnicodeScripts; @huggingface/tokenizers (Node, browser)
+    does not: such a folder is refused at import, not exported into one the hosts cannot open."""
+    copy = copy_with_tokenizer(hf_folders["llama"], tmp_path, lambda data: {**data, part: value})
+    message = import_error(copy)
+    assert named in message and "@huggingface/tokenizers" in message
+
+
+def test_a_word_level_model_is_refused(hf_folders: dict[str, Path], tmp_path: Path) -> None:
+    def word_level(data: dict) -> dict:
+        return {**data, "model": {"type": "WordLevel", "vocab": data["model"]["vocab"], "unk_token": "<unk>"}}
+
+    assert "model is of type 'WordLevel'" in import_error(
+        copy_with_tokenizer(hf_folders["llama"], tmp_path, word_level)
+    )

@@ -32,7 +32,19 @@ ARCHITECTURES = {
     "t5": "T5ForConditionalGeneration",
     "qwen3": "Qwen3ForCausalLM",
     "mistral": "MistralForCausalLM",
+    "gemma2": "Gemma2ForCausalLM",
+    "gemma3": "Gemma3ForCausalLM",
+    "phi3": "Phi3ForCausalLM",
+    "phi3-longrope": "Phi3ForCausalLM",
+    "neox": "GPTNeoXForCausalLM",
+    "smollm3": "SmolLM3ForCausalLM",
 }
+
+
+def _tokenizer(folder: Path):
+    import transformers
+
+    return transformers.AutoTokenizer.from_pretrained(folder)
 
 
 def _transformers(name: str, folder: Path):
@@ -54,8 +66,16 @@ def test_export_manifest_carries_the_checkpoints_tokenizer(
         "t5": {"source": {"prefix": [], "suffix": ["eos"]}},
         "qwen3": {"prompt": {"prefix": ["bos"], "suffix": []}},
         "mistral": {"prompt": {"prefix": ["bos"], "suffix": []}},
+        "gemma2": {"prompt": {"prefix": ["bos"], "suffix": []}},
+        "gemma3": {"prompt": {"prefix": ["bos"], "suffix": []}},
+        "phi3": {"prompt": {"prefix": ["bos"], "suffix": []}},
+        "phi3-longrope": {"prompt": {"prefix": ["bos"], "suffix": []}},
+        "neox": {"prompt": {"prefix": [], "suffix": []}},
+        "smollm3": {"prompt": {"prefix": ["bos"], "suffix": []}},
     }[name]
     assert manifest["framing"] == framing
+    template = _tokenizer(folder).chat_template  # Qwen3's fixture has one, the others none
+    assert manifest["extra"].get("chat_template") == template and (template is not None) == (name == "qwen3")
     theirs = json.loads((folder / "tokenizer.json").read_text())
     ours = json.loads((export / "tokenizer.json").read_text())
     assert ours["model"] == theirs["model"] and ours["padding"] is None and ours["truncation"] is None
@@ -112,7 +132,9 @@ def hf_tokenize(folder: Path, text: str) -> list[int]:
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("name", ["gpt2", "llama", "qwen3", "mistral"])
+@pytest.mark.parametrize(
+    "name", ["gpt2", "llama", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "neox", "smollm3"]
+)
 def test_runtime_greedy_equals_transformers_generate(
     hf_exports: dict[str, tuple[Path, Path]], name: str
 ) -> None:
@@ -199,11 +221,12 @@ def test_cli_names_what_it_cannot_import(tmp_path: Path) -> None:
     folder = hf_models.gpt2_folder(tmp_path / "gpt2")
     cli = [sys.executable, "-m", "onnxformer"]
     config = json.loads((folder / "config.json").read_text())
-    config["architectures"] = ["MistralForCausalLM"]
+    config["architectures"] = ["MixtralForCausalLM"]
     (folder / "config.json").write_text(json.dumps(config))
     done = subprocess.run(
         [*cli, "export", str(folder), "--out", str(tmp_path / "other")], capture_output=True, text=True
     )
     assert done.returncode != 0 and "Traceback" not in done.stderr
-    assert "MistralForCausalLM" in done.stderr and "LlamaForCausalLM" in done.stderr
+    assert "'MixtralForCausalLM' is not supported; the nearest supported is MistralForCausalLM" in done.stderr
+    assert "LlamaForCausalLM" in done.stderr
     assert not (tmp_path / "other").exists()

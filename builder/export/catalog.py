@@ -393,7 +393,7 @@ def _option_specs() -> list[BlockSpec]:
 
     def rotary(options: RotaryOptions):
         return lambda d: wrappers.Rotary(
-            RotaryEmbedding(d.head_dim, base=options.base, scaling=options.scaling)
+            RotaryEmbedding(d.head_dim, base=options.base, scaling=options.scaling, fraction=options.fraction)
         )
 
     rotary_inputs = (_heads("x", "sequence"), InputSpec("positions", ("batch", "sequence"), "positions"))
@@ -450,6 +450,7 @@ def _option_specs() -> list[BlockSpec]:
         ("attention.qkv_bias", AttentionOptions(qkv_bias=True, out_bias=False)),
         ("attention.qk_norm", AttentionOptions(qk_norm=True, qkv_bias=False, out_bias=False)),
         ("attention.softcap", AttentionOptions(softcap=2.0)),
+        ("attention.window", AttentionOptions(sliding_window=3)),  # bidirectional (ModernBERT's local layers)
     ]
     specs += [
         BlockSpec(
@@ -476,6 +477,7 @@ def _option_specs() -> list[BlockSpec]:
         ("rotary.base", RotaryOptions(base=500000.0)),
         ("rotary.linear", RotaryOptions(scaling=RopeScalingOptions("linear", factor=4.0))),
         ("rotary.llama3", RotaryOptions(base=500000.0, scaling=LLAMA3_SCALING)),
+        ("rotary.partial", RotaryOptions(fraction=0.5)),
     ]
     described = [
         (name, {"position": "rotary", **_group_described("rotary", options)}, rotary(options))
@@ -486,7 +488,35 @@ def _option_specs() -> list[BlockSpec]:
         for name, options, build in described
     ]
     specs.append(_llama_decoder_spec())
+    specs += _architecture_decoder_specs()
     return specs
+
+
+def _architecture_decoder_specs() -> list[BlockSpec]:
+    """Cached decoder blocks of the imported architectures' own shapes: Mistral's sliding window, Gemma 2's
+    sandwich norms (with its (1 + w) RMSNorm, soft-cap and GeGLU), GPT-NeoX's parallel sublayers with
+    partial rotary."""
+    heads = BlockDims().n_heads
+    blocks = [
+        BlockOptions(
+            norm=NormOptions("rms", eps=1e-6),
+            attention=AttentionOptions(sliding_window=4, qkv_bias=False, out_bias=False),
+            rotary=RotaryOptions(),
+            ffn=FeedForwardOptions("silu", gated=True, bias=False),
+        ),
+        BlockOptions(
+            norm=NormOptions("rms", eps=1e-6, weight_offset=1.0),
+            residual=ResidualOptions("pre", sandwich=True),
+            attention=AttentionOptions(softcap=2.0, qkv_bias=False, out_bias=False),
+            rotary=RotaryOptions(),
+            ffn=FeedForwardOptions("gelu_tanh", gated=True, bias=False),
+        ),
+        BlockOptions(
+            residual=ResidualOptions("pre", parallel=True),
+            rotary=RotaryOptions(fraction=0.25),
+        ),
+    ]
+    return [decoder_spec(options, "rotary", cross=False, cached=True, n_heads=heads) for options in blocks]
 
 
 def _llama_decoder_spec() -> BlockSpec:

@@ -63,6 +63,7 @@ from onnxformer.builder.export.recipes.base import (
 )
 from onnxformer.builder.export.samples import padded_mask
 from onnxformer.builder.families import T5
+from onnxformer.builder.families.config import same_config
 from onnxformer.runtime.errors import ExportError
 from onnxformer.runtime.folder import ExportFolder, sha256_bytes
 from onnxformer.runtime.manifest import WEIGHTS_KIND, FileEntry, Goldens, Manifest, Task
@@ -315,7 +316,7 @@ def _merged_decoder(manifest: Manifest, source: Path, layout: str):
     from onnxformer.builder.pretrained import from_pretrained
 
     model = from_pretrained(source).model.eval()
-    if not isinstance(model, T5) or dataclasses.asdict(model.config) != manifest.config:
+    if not isinstance(model, T5) or not same_config(model.config, manifest.config):
         raise ExportError(
             f"{source} does not hold the model the export was made from (the configs differ); pass the "
             "Hugging Face folder it was exported from"

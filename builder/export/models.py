@@ -32,7 +32,8 @@ from onnxformer.builder.export.pipeline import GraphSpec, export_one, reprove
 from onnxformer.builder.export.recipes import recipe, recipe_for
 from onnxformer.builder.export.recipes.base import EndToEnd, ModelGraph, Recipe
 from onnxformer.builder.families import FamilyModel
-from onnxformer.builder.families.config import head_width, kv_heads
+from onnxformer.builder.families.config import head_width, kv_heads, same_config
+from onnxformer.builder.layers.blocks import DecoderBlock, EncoderBlock
 from onnxformer.builder.tokenizer import special_tokens
 from onnxformer.builder.training.checkpoint import CHECKPOINT_NAME, CheckpointError, load_checkpoint
 from onnxformer.builder.versions import tool_versions
@@ -68,7 +69,9 @@ def model_blocks(family_recipe: Recipe[Any], model: FamilyModel) -> Iterator[tup
     for stack in family_recipe.blocks(model):
         for index, block in enumerate(stack.blocks):
             name = f"blocks/{stack.stack}_layer_{index}"
-            options = {**stack.template.options, "layer": index, "stack": stack.stack}
+            # the layer's own options: a per-layer pattern (local and global attention) differs by layer
+            own = block.options.described() if isinstance(block, EncoderBlock | DecoderBlock) else {}
+            options = {**stack.template.options, **own, "layer": index, "stack": stack.stack}
             yield dataclasses.replace(stack.template, name=name, options=options), stack.wrap(block).eval()
 
 
@@ -114,6 +117,8 @@ def pretrained_source(folder: str | os.PathLike) -> ExportSource:
     extra: dict[str, Any] = {"source": {"architecture": imported.architecture, "folder": Path(folder).name}}
     if imported.sentence_transformers:
         extra["source"]["sentence_transformers"] = True
+    if imported.chat_template is not None:
+        extra["chat_template"] = imported.chat_template  # rendered by the serving issue's chat routes
     return ExportSource(
         imported.family,
         imported.model,
@@ -279,7 +284,7 @@ def reverify_export(folder: str | os.PathLike, checkpoint: str | os.PathLike) ->
         raise ExportError(f"{folder} is a blocks export; --checkpoint applies to model exports")
     loaded = load_checkpoint(checkpoint, family=manifest.family)
     model = loaded.model.eval()
-    if dataclasses.asdict(model.config) != manifest.config:
+    if not same_config(model.config, manifest.config):
         raise ExportError(f"{checkpoint} does not hold the model exported to {folder}: the configs differ")
     family_recipe = recipe_for(manifest)
     listed = {entry.path for entry in manifest.files}

@@ -14,6 +14,11 @@ shorthand, which `expand_shorthand` applies onto the block, the one place it is 
     rotary_base, rope_scaling     block.rotary.base, .scaling (with position "rotary")
 
 A saved config holds the block as nested groups (dataclasses.asdict); `config_from_dict` reads both forms.
+
+A family whose layers differ (Gemma's local and global attention, SmolLM3's layers without rotary) also
+holds `layers`: one BlockOptions per layer, which replaces `block` layer by layer. The layers must agree on
+what the KV cache is made of (key/value heads, head width); `block` stays the stack's final norm and the
+model's summary.
 """
 
 import dataclasses
@@ -76,6 +81,7 @@ def validate_common(config: Any) -> None:
             f"(position is {config.position!r})"
         )
     object.__setattr__(config, "block", block)  # frozen: normalised once, at construction
+    _validate_layers(config)
     if block.attention.head_dim is None:
         check_heads(config.d_model, config.n_heads)
     check_kv_heads(config.n_heads, kv_heads(config))
@@ -83,6 +89,30 @@ def validate_common(config: Any) -> None:
         raise ConfigError("rotary positions need an even head width (head_dim, or d_model / n_heads)")
     if config.position == "sinusoidal" and config.d_model % 2:
         raise ConfigError("sinusoidal positions need an even d_model")
+
+
+def _validate_layers(config: Any) -> None:
+    layers = getattr(config, "layers", ())
+    if not layers:
+        object.__setattr__(config, "layers", ())
+        return
+    if isinstance(layers, BlockOptions) or not isinstance(layers, list | tuple):
+        raise ConfigError(f"layers must be a list of BlockOptions, one per layer, got {layers!r}")
+    layers = tuple(BlockOptions(**item) if isinstance(item, dict) else item for item in layers)
+    if len(layers) != config.n_layers or not all(isinstance(item, BlockOptions) for item in layers):
+        raise ConfigError(
+            f"layers must hold one BlockOptions per layer ({config.n_layers}), got {len(layers)}"
+        )
+    shape = (config.block.head_width(config.d_model, config.n_heads), config.block.kv_heads(config.n_heads))
+    for index, item in enumerate(layers):
+        if (item.head_width(config.d_model, config.n_heads), item.kv_heads(config.n_heads)) != shape:
+            raise ConfigError(
+                f"layers[{index}] has another head width or number of key/value heads than block; every "
+                "layer's KV cache must have the same shape"
+            )
+        if item.rotary is not None and config.position != "rotary":
+            raise ConfigError(f"layers[{index}].rotary applies to rotary positions; set position='rotary'")
+    object.__setattr__(config, "layers", layers)
 
 
 def head_width(config: Any) -> int:
@@ -107,8 +137,10 @@ def relative_options(config: Any) -> RelativeOptions | None:
 
 
 def layer_options(config: Any, n_layers: int) -> tuple[BlockOptions, ...]:
-    """One BlockOptions per layer of a stack of n_layers: today every layer has the config's block."""
-    return (config.block,) * n_layers
+    """One BlockOptions per layer of a stack of n_layers: the config's `layers` where it has them, else
+    its block in every layer."""
+    layers = getattr(config, "layers", ())
+    return tuple(layers) if layers else (config.block,) * n_layers
 
 
 def expand_shorthand(cls: type, values: dict[str, Any]) -> dict[str, Any]:
@@ -191,3 +223,12 @@ def config_from_dict(cls: type[ConfigT], data: dict[str, Any]) -> ConfigT:
     checkpoints written before BlockOptions), refusing unknown fields."""
     _check_names(cls, set(data))
     return cls(**expand_shorthand(cls, data))
+
+
+def same_config(config: Any, saved: dict[str, Any]) -> bool:
+    """Whether a saved config (a manifest's, a checkpoint's: JSON, perhaps from before a field existed)
+    describes `config`: read back through the config class, so defaults and list/tuple spellings agree."""
+    try:
+        return config_from_dict(type(config), saved) == config
+    except (ConfigError, TypeError):
+        return False

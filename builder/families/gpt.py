@@ -59,12 +59,18 @@ class GPTConfig:
     position: PositionKind = "learned"
     tie_embeddings: bool = True
     logit_softcap: float | None = None  # logits -> cap * tanh(logits / cap) (Gemma 2's final soft-cap)
+    embedding_scale: float | None = (
+        None  # the token embeddings' factor; None: the positions' (Gemma: sqrt(D))
+    )
     block: BlockOptions = field(default_factory=BlockOptions)  # pre-LN, GELU: GPT-2's
+    layers: tuple[BlockOptions, ...] = ()  # one per layer where they differ from block (config.py)
 
     def __post_init__(self) -> None:
         validate_common(self)
         if self.logit_softcap is not None:
             check_positive(logit_softcap=self.logit_softcap)
+        if self.embedding_scale is not None:
+            check_positive(embedding_scale=self.embedding_scale)
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "GPTConfig":
@@ -88,6 +94,7 @@ class GPT(nn.Module):
             position=config.position,
             max_len=config.max_len,
             dropout=config.dropout,
+            scale=config.embedding_scale,
         )
         self.decoder = DecoderStack(
             config.d_model,

@@ -29,7 +29,7 @@ from onnxformer.builder.layers.checks import (
     check_same,
     check_tensor,
 )
-from onnxformer.builder.layers.masks import causal_mask, combine, padding_mask
+from onnxformer.builder.layers.masks import causal_mask, combine, padding_mask, window_mask
 from onnxformer.builder.layers.positions import RopeScalingOptions, RotaryEmbedding, default_positions
 from onnxformer.runtime.errors import InputError
 
@@ -113,9 +113,10 @@ class MultiHeadAttention(nn.Module):
     head_dim): the heads' inner width H * Dh is projected back to D. `scale` replaces 1 / sqrt(Dh).
     `qkv_bias` and `out_bias` set the projections' biases apart (Qwen2 has the first, not the second).
     `query_norm`/`key_norm` normalise each head's queries and keys over Dh before rotary (QK-norm, Qwen3);
-    `softcap` bounds the logits (Gemma 2). `sliding_window` lets a causal query see only its last
-    `sliding_window` keys, itself included (Mistral); the cache still holds every key, the mask hides the
-    older ones.
+    `softcap` bounds the logits (Gemma 2). `sliding_window` lets a query see only the keys fewer than
+    `sliding_window` slots away, itself included: a causal query its last `sliding_window` keys (Mistral;
+    the cache still holds every key, the mask hides the older ones), a bidirectional one
+    `sliding_window - 1` on each side (ModernBERT's local layers).
     """
 
     def __init__(
@@ -129,6 +130,7 @@ class MultiHeadAttention(nn.Module):
         rotary: bool = False,
         rotary_base: float = 10000.0,
         rope_scaling: RopeScalingOptions | None = None,
+        rotary_fraction: float = 1.0,
         n_kv_heads: int | None = None,
         head_dim: int | None = None,
         scale: float | None = None,
@@ -166,7 +168,11 @@ class MultiHeadAttention(nn.Module):
         self.query_norm = query_norm
         self.key_norm = key_norm
         self.dropout = nn.Dropout(dropout)
-        self.rotary = RotaryEmbedding(head_dim, base=rotary_base, scaling=rope_scaling) if rotary else None
+        self.rotary = (
+            RotaryEmbedding(head_dim, base=rotary_base, scaling=rope_scaling, fraction=rotary_fraction)
+            if rotary
+            else None
+        )
 
     def _split_heads(self, x: torch.Tensor, heads: int) -> torch.Tensor:
         batch, length, _ = x.shape
@@ -241,7 +247,7 @@ class MultiHeadAttention(nn.Module):
             check_tensor(past_value, "past_value", dims=("B", "H", "P", "Dh"), sizes=shape)
             key = torch.cat([past_key, key], dim=2)  # (B, Hkv, P + T, Dh)
             value = torch.cat([past_value, value], dim=2)  # (B, Hkv, P + T, Dh)
-        window = self.sliding_window if causal else None
+        window = None if cross else self.sliding_window
         mask = _build_mask(attention_mask, causal, x.shape[0], x.shape[1], key.shape[2], x.device, window)
         heads, weights = scaled_dot_product_attention(
             query,
@@ -285,7 +291,10 @@ def _build_mask(
             key_length,
             "attention_mask length must equal the number of keys (past + new for self-attention)",
         )
-    return combine(
-        padding_mask(attention_mask) if attention_mask is not None else None,
-        causal_mask(query_length, key_length, device=device, window=window) if causal else None,
-    )
+    if causal:
+        order = causal_mask(query_length, key_length, device=device, window=window)  # (1, 1, T, S)
+    elif window is not None:
+        order = window_mask(query_length, key_length, device=device, window=window)  # (1, 1, T, S)
+    else:
+        order = None
+    return combine(padding_mask(attention_mask) if attention_mask is not None else None, order)

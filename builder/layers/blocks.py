@@ -16,12 +16,17 @@
                                               └──► + ◄──────────────┘
                                                     [LN] post
 
-[LN] is LayerNorm or RMSNorm. A block takes its widths (d_model, n_heads, d_ff) and one `BlockOptions`
-(options.py): the norm, the residual placement, the attention, rotary and feed-forward groups. Blocks map
-(B, T, D) to (B, T, D), so they stack. Positional information enters either before the stack
+[LN] is LayerNorm or RMSNorm. A sandwich block also norms each sublayer's output before the sum (Gemma);
+a parallel block feeds x to attention and FFN alike and adds both (GPT-NeoX: x + attn(LN x) + FFN(LN'x)).
+A pre-LN block may leave out the [LN] before self-attention (ModernBERT's first layer, right after the
+embeddings' norm).
+A block takes its widths (d_model, n_heads, d_ff) and one `BlockOptions` (options.py): the norm, the
+residual placement, the attention, rotary and feed-forward groups. Blocks map (B, T, D) to (B, T, D), so
+they stack. Positional information enters either before the stack
 (sinusoidal/learned, added to the embeddings by the family), as `position_bias` on the self-attention
 logits (T5 relative bias, computed once per stack and shared), or as rotary positions inside
-self-attention (options.rotary).
+self-attention (options.rotary). A sliding window (options.attention) is causal in a decoder block and
+bidirectional in an encoder block: the keys fewer than W slots away on either side.
 """
 
 from typing import NamedTuple, TypedDict
@@ -57,6 +62,7 @@ class _RotaryArguments(TypedDict, total=False):
 
     rotary_base: float
     rope_scaling: RopeScalingOptions | None
+    rotary_fraction: float
 
 
 class _AttentionArguments(TypedDict):
@@ -79,7 +85,9 @@ def self_attention(
     """The block's self-attention: its attention group, rotary positions when the block has them."""
     rotary = options.rotary
     scaling: _RotaryArguments = (
-        {} if rotary is None else {"rotary_base": rotary.base, "rope_scaling": rotary.scaling}
+        {}
+        if rotary is None
+        else {"rotary_base": rotary.base, "rope_scaling": rotary.scaling, "rotary_fraction": rotary.fraction}
     )
     attention = _attention(options, n_heads, d_model)
     return MultiHeadAttention(
@@ -103,7 +111,7 @@ def _attention(options: BlockOptions, n_heads: int, d_model: int) -> _AttentionA
     def head_norm() -> nn.Module | None:
         if not a.qk_norm:
             return None
-        return make_norm(norm.kind, width, eps=norm.eps, weight_offset=norm.weight_offset)
+        return make_norm(norm.kind, width, eps=norm.eps, weight_offset=norm.weight_offset, bias=norm.bias)
 
     return {
         "qkv_bias": a.qkv_bias,
@@ -118,7 +126,7 @@ def _attention(options: BlockOptions, n_heads: int, d_model: int) -> _AttentionA
     }
 
 
-def _residual(d_model: int, options: BlockOptions, dropout: float) -> ResidualNorm:
+def _residual(d_model: int, options: BlockOptions, dropout: float, *, normed: bool = True) -> ResidualNorm:
     norm = options.norm
     return ResidualNorm(
         d_model,
@@ -127,6 +135,9 @@ def _residual(d_model: int, options: BlockOptions, dropout: float) -> ResidualNo
         eps=norm.eps,
         norm=norm.kind,
         weight_offset=norm.weight_offset,
+        bias=norm.bias,
+        sandwich=options.residual.sandwich,
+        normed=normed,
     )
 
 
@@ -149,14 +160,9 @@ class EncoderBlock(nn.Module):
     ) -> None:
         super().__init__()
         options = BlockOptions() if options is None else options
-        if options.attention.sliding_window is not None:
-            raise ConfigError(
-                f"attention.sliding_window={options.attention.sliding_window} is built for causal "
-                "self-attention (decoder blocks) only; an encoder block's window is not built yet"
-            )
         self.options = options
         self.self_attn = self_attention(d_model, n_heads, options, dropout=dropout)
-        self.self_attn_residual = _residual(d_model, options, dropout)
+        self.self_attn_residual = _residual(d_model, options, dropout, normed=options.residual.attention_norm)
         self.ffn = _feed_forward(d_model, d_ff, options, dropout)
         self.ffn_residual = _residual(d_model, options, dropout)
         self.d_model = d_model
@@ -178,9 +184,14 @@ class EncoderBlock(nn.Module):
             positions=positions,
             need_weights=need_weights,
         )
-        x = self.self_attn_residual.after(x, attn.output)  # (B, T, D)
-        x = self.ffn_residual.after(x, self.ffn(self.ffn_residual.before(x)))  # (B, T, D)
-        return EncoderBlockOutput(x, attn.weights)
+        return EncoderBlockOutput(self._merge(x, attn.output), attn.weights)
+
+    def _merge(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        """The attention output into the stream, then the FFN: in turn, or both from x (parallel)."""
+        source = x if self.options.residual.parallel else None
+        x = self.self_attn_residual.after(x, attended)  # (B, T, D)
+        fed = x if source is None else source  # (B, T, D)
+        return self.ffn_residual.after(x, self.ffn(self.ffn_residual.before(fed)))  # (B, T, D)
 
 
 class DecoderBlock(nn.Module):
@@ -196,9 +207,14 @@ class DecoderBlock(nn.Module):
     ) -> None:
         super().__init__()
         options = BlockOptions() if options is None else options
+        if cross_attention and options.residual.parallel:
+            raise ConfigError(
+                "residual.parallel is built for blocks without cross-attention (GPT-NeoX); a parallel "
+                "decoder block with cross-attention is not"
+            )
         self.options = options
         self.self_attn = self_attention(d_model, n_heads, options, dropout=dropout)
-        self.self_attn_residual = _residual(d_model, options, dropout)
+        self.self_attn_residual = _residual(d_model, options, dropout, normed=options.residual.attention_norm)
         self.cross_attn = _cross_attention(d_model, n_heads, options, dropout) if cross_attention else None
         self.cross_attn_residual = _residual(d_model, options, dropout) if cross_attention else None
         self.ffn = _feed_forward(d_model, d_ff, options, dropout)
@@ -239,6 +255,7 @@ class DecoderBlock(nn.Module):
             positions=positions,
             need_weights=need_weights,
         )
+        source = x  # (B, T, D): the FFN's input too when the sublayers run in parallel (GPT-NeoX)
         x = self.self_attn_residual.after(x, attn.output)  # (B, T, D)
         cross_weights = None
         if self.cross_attn is not None:
@@ -253,5 +270,6 @@ class DecoderBlock(nn.Module):
             )
             x = self.cross_attn_residual.after(x, cross.output)  # (B, T, D)
             cross_weights = cross.weights
-        x = self.ffn_residual.after(x, self.ffn(self.ffn_residual.before(x)))  # (B, T, D)
+        fed = source if self.options.residual.parallel else x  # (B, T, D)
+        x = self.ffn_residual.after(x, self.ffn(self.ffn_residual.before(fed)))  # (B, T, D)
         return DecoderBlockOutput(x, attn.present_key, attn.present_value, attn.weights, cross_weights)

@@ -51,11 +51,18 @@ class Embeddings(nn.Module):
         max_len: int,
         segments: int = 0,
         norm: bool = False,
+        norm_bias: bool = True,
         dropout: float = 0.0,
         eps: float = 1e-5,
+        scale: float | None = None,
     ) -> None:
+        """`scale` multiplies the token embeddings; None: sqrt(d_model) with sinusoidal positions (Vaswani
+        et al., 3.4), else 1. Gemma scales by sqrt(d_model) with rotary positions. `norm` ends with a
+        LayerNorm (BERT; ModernBERT's has no bias: `norm_bias` False)."""
         super().__init__()
         check_positive(vocab_size=vocab_size, d_model=d_model, max_len=max_len)
+        if scale is not None:
+            check_positive(scale=scale)
         check_position_kind(position)
         check_dropout(dropout)
         self.vocab_size = vocab_size
@@ -68,8 +75,10 @@ class Embeddings(nn.Module):
         elif position == "sinusoidal":
             self.position = SinusoidalPositionalEncoding(d_model)
             self.scale = math.sqrt(d_model)
+        if scale is not None:
+            self.scale = scale
         self.segment = nn.Embedding(segments, d_model) if segments else None
-        self.norm = nn.LayerNorm(d_model, eps=eps) if norm else None
+        self.norm = nn.LayerNorm(d_model, eps=eps, bias=norm_bias) if norm else None
         self.dropout = nn.Dropout(dropout)
 
     def forward(

@@ -40,13 +40,16 @@ class RMSNorm(nn.Module):
         return weight * scaled.to(x.dtype)
 
 
-def make_norm(kind: NormKind, d_model: int, *, eps: float = 1e-5, weight_offset: float = 0.0) -> nn.Module:
-    """The norm of `kind` over the last axis of width d_model."""
+def make_norm(
+    kind: NormKind, d_model: int, *, eps: float = 1e-5, weight_offset: float = 0.0, bias: bool = True
+) -> nn.Module:
+    """The norm of `kind` over the last axis of width d_model; `bias` False: a LayerNorm without its shift
+    (ModernBERT's; RMSNorm has none either way)."""
     if kind == "layer":
         check_positive(d_model=d_model, eps=eps)
         if weight_offset:
             raise ConfigError("a weight offset applies to RMSNorm only; use norm kind 'rms' or offset 0")
-        return nn.LayerNorm(d_model, eps=eps)
+        return nn.LayerNorm(d_model, eps=eps, bias=bias)
     if kind == "rms":
         return RMSNorm(d_model, eps=eps, weight_offset=weight_offset)
     raise ConfigError(f"norm must be one of {NORMS}, got {kind!r}")

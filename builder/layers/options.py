@@ -1,9 +1,11 @@
 """A block's options as one value: `BlockOptions`, made of small groups, frozen and checked on construction.
 
     BlockOptions
-    ├─ norm       NormOptions         which norm, its epsilon, a weight offset (Gemma's 1 + w)
-    ├─ residual   ResidualOptions     norm before or after each sublayer; sandwich; parallel sublayers
-    ├─ attention  AttentionOptions    key/value heads, head width, query scale, biases, QK-norm, soft-cap
+    ├─ norm       NormOptions         which norm, its epsilon, a weight offset (Gemma's 1 + w), its bias
+    ├─ residual   ResidualOptions     norm before or after each sublayer; sandwich; parallel sublayers;
+    │                                 no norm before self-attention (ModernBERT's first layer)
+    ├─ attention  AttentionOptions    key/value heads, head width, query scale, biases, QK-norm, soft-cap,
+    │                                 sliding window (causal or bidirectional, as the block attends)
     ├─ rotary     RotaryOptions|None  rotary positions in self-attention (None: none)
     └─ ffn        FeedForwardOptions  activation, gated or not, biases
 
@@ -13,8 +15,7 @@ every constructor. Dropout is a training setting, not part of the architecture: 
 their options. The leaf layers (attention, norms, feed-forward) keep plain numbers: the blocks hand
 each its group. A new option is a field of its group plus the code that uses it.
 
-The defaults are the original Transformer's. Options of other architectures that are named here but not
-built yet are refused by name when set (`NotBuilt`), never accepted and ignored.
+The defaults are the original Transformer's.
 """
 
 import math
@@ -48,25 +49,17 @@ def _positive(group: str, name: str, value: Any, *, optional: bool = False, whol
         raise ConfigError(f"{group}.{name} must be {what}{default}, got {value!r}")
 
 
-def _not_built(group: str, value: Any, **defaults: Any) -> None:
-    """ConfigError naming each option of `group` set away from its default that no layer builds yet."""
-    for name, default in defaults.items():
-        if getattr(value, name) != default:
-            raise ConfigError(
-                f"{group}.{name}={getattr(value, name)!r} is not built yet: no layer computes it, so "
-                f"onnxformer refuses it rather than ignore it; leave it at {default!r}"
-            )
-
-
 @dataclass(frozen=True)
 class NormOptions:
     kind: NormKind = "layer"  # LayerNorm, or "rms" (T5, Llama)
     eps: float = 1e-5  # BERT 1e-12, GPT-2 1e-5, T5 and Llama 1e-6
     weight_offset: float = 0.0  # RMSNorm scales by (offset + weight): Gemma stores w and uses 1 + w
+    bias: bool = True  # LayerNorm's shift (ModernBERT's norms have none); RMSNorm never has one
 
     def __post_init__(self) -> None:
         _choice("norm", "kind", self.kind, NORMS)
         _positive("norm", "eps", self.eps)
+        _flag("norm", "bias", self.bias)
         if isinstance(self.weight_offset, bool) or not isinstance(self.weight_offset, int | float):
             raise ConfigError(f"norm.weight_offset must be a number, got {self.weight_offset!r}")
         if self.weight_offset and self.kind != "rms":
@@ -78,12 +71,23 @@ class ResidualOptions:
     position: NormPosition = "pre"  # norm before each sublayer (GPT-2, T5) or after the sum (BERT)
     sandwich: bool = False  # also a norm on each sublayer's output before the sum (Gemma 2)
     parallel: bool = False  # attention and FFN from the same input, summed once (GPT-J, NeoX, Phi)
+    # False: self-attention reads the stream as it is, no norm before it (ModernBERT's first layer, whose
+    # input the embeddings' norm has just normalised)
+    attention_norm: bool = True
 
     def __post_init__(self) -> None:
         _choice("residual", "position", self.position, NORM_POSITIONS)
         _flag("residual", "sandwich", self.sandwich)
         _flag("residual", "parallel", self.parallel)
-        _not_built("residual", self, sandwich=False, parallel=False)
+        _flag("residual", "attention_norm", self.attention_norm)
+        for name in ("sandwich", "parallel"):
+            if getattr(self, name) and self.position != "pre":
+                raise ConfigError(f"residual.{name} applies to pre-LN blocks; set residual.position='pre'")
+        if not self.attention_norm and self.position != "pre":
+            raise ConfigError(
+                "residual.attention_norm=False leaves out the norm before self-attention, which only "
+                "pre-LN blocks have; set residual.position='pre'"
+            )
 
 
 @dataclass(frozen=True)
@@ -95,7 +99,9 @@ class AttentionOptions:
     out_bias: bool = True  # a bias on the output projection (Qwen2: no)
     qk_norm: bool = False  # the block's norm on each head's queries and keys before rotary (Qwen3)
     softcap: float | None = None  # logits -> softcap * tanh(logits / softcap) (Gemma 2)
-    sliding_window: int | None = None  # a causal query sees its last this-many keys, itself too (Mistral)
+    # a query sees the keys fewer than this many slots away, itself too: causal, its last this-many
+    # (Mistral); bidirectional, this-many - 1 on each side (ModernBERT's local_attention // 2 + 1)
+    sliding_window: int | None = None
 
     def __post_init__(self) -> None:
         _positive("attention", "n_kv_heads", self.n_kv_heads, optional=True, whole=True)
@@ -128,7 +134,10 @@ class RotaryOptions:
         if self.scaling is not None and not isinstance(self.scaling, RopeScalingOptions):
             raise ConfigError(f"rotary.scaling must be RopeScalingOptions or None, got {self.scaling!r}")
         _positive("rotary", "fraction", self.fraction)
-        _not_built("rotary", self, fraction=1.0)
+        if self.fraction > 1:
+            raise ConfigError(
+                f"rotary.fraction is a share of the head width, at most 1, got {self.fraction!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -185,7 +194,9 @@ class BlockOptions:
         norm = "ln" if self.norm.kind == "layer" else self.norm.kind
         gated = {"silu": "swiglu", "gelu_tanh": "geglu", "gelu": "geglu_erf", "relu": "reglu"}
         ffn = gated[self.ffn.activation] if self.ffn.gated else self.ffn.activation
-        return f"{self.residual.position}_{norm}.{ffn}"
+        residual = self.residual
+        shape = "_sandwich" if residual.sandwich else "_parallel" if residual.parallel else ""
+        return f"{residual.position}_{norm}{shape}.{ffn}"
 
 
 def _flatten(values: dict[str, Any]) -> dict[str, Any]:
@@ -194,7 +205,7 @@ def _flatten(values: dict[str, Any]) -> dict[str, Any]:
         if isinstance(value, dict):
             flat |= {f"{key}.{inner}": item for inner, item in _flatten(value).items()}
         else:
-            flat[key] = value
+            flat[key] = list(value) if isinstance(value, tuple) else value  # as JSON holds it
     return flat
 
 

@@ -131,8 +131,8 @@ class RelativePositionBias(nn.Module):
         return values.permute(2, 0, 1)[None]  # (1, H, T, S)
 
 
-RopeScaling = Literal["none", "linear", "llama3"]
-ROPE_SCALINGS: tuple[RopeScaling, ...] = ("none", "linear", "llama3")
+RopeScaling = Literal["none", "linear", "llama3", "longrope"]
+ROPE_SCALINGS: tuple[RopeScaling, ...] = ("none", "linear", "llama3", "longrope")
 
 
 @dataclass(frozen=True)
@@ -140,17 +140,34 @@ class RopeScalingOptions:
     """A checkpoint's rope_scaling: "linear" divides positions by `factor` (Chen et al., 2023, position
     interpolation); "llama3" divides only the low frequencies by `factor`, keeps the high ones, and blends
     between (Llama 3.1): wavelengths longer than original_max_position_embeddings / low_freq_factor are
-    scaled, shorter than original_max_position_embeddings / high_freq_factor kept."""
+    scaled, shorter than original_max_position_embeddings / high_freq_factor kept. "longrope" (Phi-3's
+    long-context checkpoints; Ding et al., 2024) divides each frequency by its own factor, `short_factor`
+    while every position of a call is within original_max_position_embeddings and `long_factor` once one is
+    past it (the whole call switches, as transformers does), and scales cos and sin by
+    `attention_factor`."""
 
     kind: RopeScaling = "none"
     factor: float = 1.0
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_position_embeddings: int = 8192
+    short_factor: tuple[float, ...] = ()  # longrope: one factor per rotated pair
+    long_factor: tuple[float, ...] = ()
+    attention_factor: float = 1.0  # longrope: cos and sin multiplied by it
 
     def __post_init__(self) -> None:
         if self.kind not in ROPE_SCALINGS:
             raise ConfigError(f"rope scaling must be one of {ROPE_SCALINGS}, got {self.kind!r}")
+        for name in ("short_factor", "long_factor"):  # a saved config holds lists
+            object.__setattr__(self, name, tuple(float(value) for value in getattr(self, name)))
+        check_positive(attention_factor=self.attention_factor)
+        if self.kind == "longrope" and (
+            not self.short_factor or len(self.short_factor) != len(self.long_factor)
+        ):
+            raise ConfigError(
+                "longrope scaling needs short_factor and long_factor of the same length (one per rotated "
+                f"pair), got {len(self.short_factor)} and {len(self.long_factor)}"
+            )
         check_positive(
             factor=self.factor, original_max_position_embeddings=self.original_max_position_embeddings
         )
@@ -184,9 +201,12 @@ class RotaryEmbedding(nn.Module):
 
     `base` is the checkpoint's rope_theta (10000 in RoFormer and Llama 2, 500000 in Llama 3); `scaling`
     stretches the frequencies for contexts longer than the model was trained on (see RopeScalingOptions).
+    With `fraction` < 1 only the first R = fraction * Dh features of each head rotate, pairs (i, i + R/2)
+    at angle position * base^(-2i/R), and the rest pass unchanged (partial rotary: GPT-NeoX, Phi).
     """
 
-    inv_freq: torch.Tensor  # (Dh/2,) buffer
+    inv_freq: torch.Tensor  # (R/2,) buffer
+    long_inv_freq: torch.Tensor | None  # (R/2,) buffer with longrope scaling
 
     def __init__(
         self,
@@ -194,21 +214,56 @@ class RotaryEmbedding(nn.Module):
         *,
         base: float = 10000.0,
         scaling: RopeScalingOptions | None = None,
+        fraction: float = 1.0,
     ) -> None:
         super().__init__()
-        check_positive(head_dim=head_dim, base=base)
-        if head_dim % 2:
+        check_positive(head_dim=head_dim, base=base, fraction=fraction)
+        rotated = int(head_dim * fraction)  # R, as transformers rounds it
+        if fraction == 1 and head_dim % 2:
             raise ConfigError(f"rotary embedding needs an even head width, got {head_dim}")
-        inv_freq = base ** (-torch.arange(0, head_dim, 2).float() / head_dim)  # (Dh/2,)
-        if scaling is not None:
+        if rotated % 2 or rotated == 0 or fraction > 1:
+            raise ConfigError(
+                f"rotary embedding needs an even rotated width, got {rotated} (head width {head_dim} "
+                f"times fraction {fraction})"
+            )
+        self.rotated = rotated
+        inv_freq = base ** (-torch.arange(0, rotated, 2).float() / rotated)  # (R/2,)
+        long_inv_freq: torch.Tensor | None = None
+        self.original = 0  # longrope: the positions past which long_inv_freq applies
+        self.attention_factor = 1.0
+        if scaling is not None and scaling.kind == "longrope":
+            if len(scaling.short_factor) != rotated // 2:
+                raise ConfigError(
+                    f"longrope needs one factor per rotated pair ({rotated // 2}), got "
+                    f"{len(scaling.short_factor)}"
+                )
+            long_inv_freq = inv_freq / torch.tensor(scaling.long_factor)  # (R/2,)
+            inv_freq = inv_freq / torch.tensor(scaling.short_factor)  # (R/2,)
+            self.original = scaling.original_max_position_embeddings
+            self.attention_factor = scaling.attention_factor
+        elif scaling is not None:
             inv_freq = scaled_inv_freq(inv_freq, scaling)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.register_buffer("long_inv_freq", long_inv_freq, persistent=False)  # longrope's, else None
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """x (B, H, T, Dh), positions (B, T) -> x rotated, same shape."""
-        angles = positions[:, None, :, None].float() * self.inv_freq  # (B, 1, T, Dh/2)
-        cos = torch.cos(angles).repeat(1, 1, 1, 2)  # (B, 1, T, Dh)
-        sin = torch.sin(angles).repeat(1, 1, 1, 2)  # (B, 1, T, Dh)
-        first, second = x.chunk(2, dim=-1)  # (B, H, T, Dh/2) each
-        rotated_half = torch.cat([-second, first], dim=-1)  # (B, H, T, Dh)
-        return x * cos + rotated_half * sin
+        inv_freq = self.inv_freq  # (R/2,)
+        if self.long_inv_freq is not None:  # longrope: the long factors once any position is past original
+            inv_freq = torch.where(positions.max() + 1 > self.original, self.long_inv_freq, inv_freq)
+        angles = positions[:, None, :, None].float() * inv_freq  # (B, 1, T, R/2)
+        cos = torch.cos(angles).repeat(1, 1, 1, 2)  # (B, 1, T, R)
+        sin = torch.sin(angles).repeat(1, 1, 1, 2)  # (B, 1, T, R)
+        if self.attention_factor != 1.0:
+            cos, sin = cos * self.attention_factor, sin * self.attention_factor
+        if self.rotated == x.shape[-1]:
+            return _rotate(x, cos, sin)
+        turned, kept = x[..., : self.rotated], x[..., self.rotated :]  # (B, H, T, R), (B, H, T, Dh - R)
+        return torch.cat([_rotate(turned, cos, sin), kept], dim=-1)  # (B, H, T, Dh)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x (B, H, T, R) with pairs (i, i + R/2) rotated by the angles of cos and sin (B, 1, T, R)."""
+    first, second = x.chunk(2, dim=-1)  # (B, H, T, R/2) each
+    rotated_half = torch.cat([-second, first], dim=-1)  # (B, H, T, R)
+    return x * cos + rotated_half * sin

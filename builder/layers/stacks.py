@@ -69,7 +69,7 @@ def final_norm(options: BlockOptions) -> NormOptions | None:
 def _norm(d_model: int, norm: NormOptions | None) -> nn.Module:
     if norm is None:
         return nn.Identity()
-    return make_norm(norm.kind, d_model, eps=norm.eps, weight_offset=norm.weight_offset)
+    return make_norm(norm.kind, d_model, eps=norm.eps, weight_offset=norm.weight_offset, bias=norm.bias)
 
 
 def _layers(layers: Sequence[BlockOptions]) -> tuple[BlockOptions, ...]:

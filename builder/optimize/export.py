@@ -116,6 +116,7 @@ def optimize_graph(
         shared = share_input_shapes(model)
         logger.info("fused %d attention subgraphs; %d Shape nodes share an input", fused, shared)
         model = _ort_fusions(model, num_heads=num_heads, hidden_size=hidden_size)
+        _import_ms_domain(model)
         packed = pack_qkv(model) + pack_cached_qkv(model) + pack_sibling_matmuls(model)
         logger.info("packed %d sets of MatMuls on the same input into one MatMul each", packed)
     if quantize == "int8":
@@ -171,6 +172,14 @@ def _ort_fusions(model: onnx.ModelProto, *, num_heads: int, hidden_size: int) ->
             opt_level=0,
         )
     return optimized.model
+
+
+def _import_ms_domain(model: onnx.ModelProto) -> None:
+    """Declare the com.microsoft opset where a fusion left its operators (FastGelu for tanh GELU) without
+    it: ONNX Runtime runs such a graph, but ONNX's shape inference (the int8 quantizer's) refuses it."""
+    domains = {opset.domain for opset in model.opset_import}
+    if "com.microsoft" not in domains and any(node.domain == "com.microsoft" for node in model.graph.node):
+        model.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
 
 
 def _matmuls_with_inputs(model: onnx.ModelProto, rows: int | None) -> list[str]:
@@ -238,6 +247,11 @@ def optimize_export(
     originals = {path: files[path] for path in graphs}
     cache = manifest.kv_cache
     in_place = fuse and kv_cache == "in-place" and cache is not None and not manifest.task_spec.cross
+    if in_place and _soft_capped(config):
+        raise ExportError(
+            "the decoder soft-caps its attention logits (attention.softcap, Gemma 2), which the in-place "
+            "cache's GroupQueryAttention rewrite does not express yet; optimize with --kv-cache concat"
+        )
     if in_place and cache is not None:  # (in_place needs a cache)
         cache = dataclasses.replace(cache, layout=IN_PLACE_LAYOUT)
         manifest = dataclasses.replace(manifest, kv_cache=cache)
@@ -314,6 +328,12 @@ def optimize_export(
     listed = {entry.path for entry in updated.files}
     write_export_folder(Path(out), {path: data for path, data in files.items() if path in listed}, updated)
     return updated
+
+
+def _soft_capped(config: dict[str, Any]) -> bool:
+    """Whether any layer of the manifest's config (its block, or its per-layer options) soft-caps."""
+    blocks = [config.get("block") or {}, *(config.get("layers") or [])]
+    return any((block.get("attention") or {}).get("softcap") is not None for block in blocks)
 
 
 def _buffer_shapes(entry: FileEntry, cache: KVCache) -> FileEntry:

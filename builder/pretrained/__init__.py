@@ -20,13 +20,24 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from onnxformer.builder.families import FAMILIES, FamilyModel
-from onnxformer.builder.pretrained import bert, gpt2, llama_like, t5
+from onnxformer.builder.pretrained import (
+    bert,
+    distilbert,
+    gemma,
+    gpt2,
+    llama_like,
+    modernbert,
+    neox,
+    phi3,
+    roberta,
+    t5,
+)
 from onnxformer.builder.pretrained.folder import is_pretrained_folder, read_config, read_weights
 from onnxformer.builder.pretrained.generation import generation_settings
 from onnxformer.builder.pretrained.mapping import load_mapped
 from onnxformer.builder.pretrained.options import Architecture, ConfigJson, check_accounted, refuse_common
-from onnxformer.builder.pretrained.sentence import max_seq_length
-from onnxformer.builder.pretrained.tokenizer import load_pretrained_tokenizer
+from onnxformer.builder.pretrained.sentence import max_seq_length, sentence_weights
+from onnxformer.builder.pretrained.tokenizer import chat_template, load_pretrained_tokenizer
 from onnxformer.runtime.errors import ModelImportError
 from onnxformer.runtime.manifest import Framing
 
@@ -38,10 +49,18 @@ ARCHITECTURES: dict[str, Architecture] = {
     "BertModel": bert.ARCHITECTURE,
     "BertForMaskedLM": bert.ARCHITECTURE,
     "BertForSequenceClassification": bert.ARCHITECTURE,
+    "DistilBertModel": distilbert.ARCHITECTURE,
+    "DistilBertForMaskedLM": distilbert.ARCHITECTURE,
+    "DistilBertForSequenceClassification": distilbert.ARCHITECTURE,
+    **roberta.ARCHITECTURES,
+    **modernbert.ARCHITECTURES,
     "GPT2LMHeadModel": gpt2.ARCHITECTURE,
     "GPT2Model": gpt2.ARCHITECTURE,
     "T5ForConditionalGeneration": t5.ARCHITECTURE,
     **llama_like.ARCHITECTURES,
+    **gemma.ARCHITECTURES,
+    "Phi3ForCausalLM": phi3.ARCHITECTURE,
+    "GPTNeoXForCausalLM": neox.ARCHITECTURE,
 }
 # config.json `model_type` -> the architecture a folder without `architectures` is read as.
 MODEL_TYPES = {arch.model_type: name for name, arch in reversed(ARCHITECTURES.items())}
@@ -58,6 +77,7 @@ class Pretrained:
     sentence_transformers: bool = False  # a sentence-transformers folder (modules.json)
     # GenerationDefaults fields as transformers' generate would decode (generation_config.json, config.json)
     generation: dict[str, Any] = field(default_factory=dict)
+    chat_template: str | None = None  # the folder's Jinja chat template (tokenizer_config.json), kept as is
 
     @property
     def config(self) -> Any:
@@ -70,16 +90,17 @@ NEAREST = {
     "Qwen3MoeForCausalLM": ("Qwen3ForCausalLM", "Qwen3 with mixture-of-experts layers, which are not built"),
     "MixtralForCausalLM": ("MistralForCausalLM", "Mistral with mixture-of-experts layers, not built"),
     "Qwen3NextForCausalLM": ("Qwen3ForCausalLM", "Qwen3-Next adds linear-attention layers, not built"),
-    "Gemma2ForCausalLM": ("LlamaForCausalLM", "Gemma 2 adds sandwich norms and soft-capping"),
-    "Gemma3ForCausalLM": ("LlamaForCausalLM", "Gemma 3 adds sandwich norms and local/global layers"),
-    "GemmaForCausalLM": ("LlamaForCausalLM", "Gemma adds scaled embeddings and a (1 + w) norm"),
-    "Phi3ForCausalLM": ("LlamaForCausalLM", "Phi-3 fuses q/k/v and gate/up and scales rope by longrope"),
-    "SmolLM3ForCausalLM": ("LlamaForCausalLM", "SmolLM3 leaves rotary out of some layers"),
-    "GPTNeoXForCausalLM": ("GPT2LMHeadModel", "NeoX adds partial rotary and a parallel residual"),
-    "DistilBertModel": ("BertModel", "DistilBERT is BERT without token types, under other names"),
-    "RobertaModel": ("BertModel", "RoBERTa is BERT with positions offset by padding_idx + 1"),
-    "XLMRobertaModel": ("BertModel", "XLM-RoBERTa is BERT with positions offset by padding_idx + 1"),
-    "ModernBertModel": ("BertModel", "ModernBERT adds rotary, GeGLU and local/global layers"),
+    "GemmaForCausalLM": ("Gemma2ForCausalLM", "Gemma 1 has neither sandwich norms nor soft-capping"),
+    "Gemma3ForConditionalGeneration": ("Gemma3ForCausalLM", "the text decoder of it imports, not the vision"),
+    **dict.fromkeys(
+        (
+            "ModernBertForSequenceClassification",
+            "ModernBertForTokenClassification",
+            "ModernBertForQuestionAnswering",
+            "ModernBertForMultipleChoice",
+        ),
+        ("ModernBertModel", "its encoder imports; ModernBERT's task heads (dense, norm, classifier) do not"),
+    ),
     "MT5ForConditionalGeneration": ("T5ForConditionalGeneration", "mT5 is T5 v1.1 with a larger vocabulary"),
 }
 
@@ -107,7 +128,7 @@ def from_pretrained(path: str | os.PathLike) -> Pretrained:
     name = architecture_of(hf)
     architecture = ARCHITECTURES[name]
     refuse_common(hf)
-    tensors = read_weights(folder, architecture=name)
+    tensors = read_weights(folder, architecture=name) | sentence_weights(folder)  # + a Dense module's
     config = architecture.config(hf, tensors, folder)
     check_accounted(hf, source=name, neutral=architecture.neutral)
     family = next(key for key, known in FAMILIES.items() if type(config) is known.config)
@@ -133,7 +154,9 @@ def from_pretrained(path: str | os.PathLike) -> Pretrained:
         framing = dataclasses.replace(framing, max_length=limit)
         logger.info("texts are cut to %d tokens, the folder's max_seq_length", limit)
     generation = generation_settings(folder, hf, vocab_size=config.vocab_size)
-    return Pretrained(family, name, model.eval(), tokenizer, special, framing, sentence, generation)
+    return Pretrained(
+        family, name, model.eval(), tokenizer, special, framing, sentence, generation, chat_template(folder)
+    )
 
 
 __all__ = [

@@ -8,9 +8,9 @@ import torch
 
 from onnxformer.builder.families import BERTConfig
 from onnxformer.builder.layers.options import BlockOptions, FeedForwardOptions, NormOptions, ResidualOptions
-from onnxformer.builder.pretrained.folder import read_json
 from onnxformer.builder.pretrained.mapping import Take
 from onnxformer.builder.pretrained.options import Architecture, activation, get, head_tied, refuse
+from onnxformer.builder.pretrained.sentence import projection_keys, sentence_modules
 from onnxformer.runtime.errors import ModelImportError
 
 LAYER = {
@@ -42,39 +42,6 @@ def _prefix(tensors: dict[str, torch.Tensor]) -> str:
     return "bert." if "bert.embeddings.word_embeddings.weight" in tensors else ""
 
 
-SENTENCE_POOLING = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
-
-
-def sentence_modules(folder: Path) -> dict[str, Any]:
-    """Pooling and Normalize of a sentence-transformers folder as BERT options ({} for a plain folder)."""
-    if not (folder / "modules.json").is_file():
-        return {}
-    modules = read_json(folder / "modules.json", what="the sentence-transformers modules", kind=list)
-    kinds = {}
-    for module in modules:
-        if not isinstance(module, dict):
-            raise ModelImportError(f"{folder / 'modules.json'} lists {module!r}, not a module object")
-        kind = str(module.get("type", "")).rsplit(".", 1)[-1]
-        kinds[kind] = module
-    unknown = sorted(set(kinds) - {"Transformer", "Pooling", "Normalize"})
-    if unknown:
-        raise ModelImportError(
-            f"modules.json uses {unknown}; onnxformer imports Transformer, Pooling and Normalize"
-        )
-    options: dict[str, Any] = {"normalize": "Normalize" in kinds}
-    if "Pooling" in kinds:
-        pooling = read_json(
-            folder / kinds["Pooling"].get("path", "1_Pooling") / "config.json", what="the pooling"
-        )
-        used = [key for key, value in pooling.items() if key.startswith("pooling_mode") and value]
-        if len(used) != 1 or used[0] not in SENTENCE_POOLING:
-            raise ModelImportError(
-                f"the Pooling module uses {used}; onnxformer imports exactly one of mean and cls pooling"
-            )
-        options["pooling"] = SENTENCE_POOLING[used[0]]
-    return options
-
-
 def config(hf: dict[str, Any], tensors: dict[str, torch.Tensor], folder: Path) -> BERTConfig:
     refuse(hf, "position_embedding_type", "absolute", "relative BERT positions are not supported")
     refuse(hf, "is_decoder", False, "a BERT decoder is not supported")
@@ -90,7 +57,7 @@ def config(hf: dict[str, Any], tensors: dict[str, torch.Tensor], folder: Path) -
             "onnxformer imports only the tied decoder BERT checkpoints have"
         )
     classes = hf.get("id2label") or {}
-    sentence = {"pooling": "mean", "normalize": False, **sentence_modules(folder)}
+    sentence = sentence_modules(folder, d_model=get(hf, "hidden_size"))
     return BERTConfig(
         vocab_size=get(hf, "vocab_size"),
         d_model=get(hf, "hidden_size"),
@@ -110,23 +77,33 @@ def config(hf: dict[str, Any], tensors: dict[str, torch.Tensor], folder: Path) -
         mlm_head=mlm_head,
         pooler=f"{prefix}pooler.dense.weight" in tensors,
         classifier="classifier.weight" in tensors,
-        pooling=sentence["pooling"],
-        normalize=sentence["normalize"],
+        **sentence,
     )
 
 
-def mapping(ours: BERTConfig, tensors: dict[str, torch.Tensor]) -> tuple[dict[str, Take], dict[str, str]]:
-    prefix = _prefix(tensors)
+def encoder_keys(ours: BERTConfig, prefix: str, *, position: Take | None = None) -> dict[str, Take]:
+    """Embeddings and encoder layers under BERT's names (RoBERTa's too); `position` takes the position
+    table otherwise than as it is."""
     keys: dict[str, Take] = {}
     for theirs, mine in EMBEDDINGS.items():
+        if mine == "segment" and not ours.type_vocab_size:
+            continue
         for kind in ("weight", "bias") if theirs == "LayerNorm" else ("weight",):
             keys[f"embeddings.{mine}.{kind}"] = Take(f"{prefix}embeddings.{theirs}.{kind}")
+    if position is not None:
+        keys["embeddings.position.weight"] = position
     for index in range(ours.n_layers):
         for theirs, mine in LAYER.items():
             for kind in ("weight", "bias"):
                 keys[f"encoder.blocks.{index}.{mine}.{kind}"] = Take(
                     f"{prefix}encoder.layer.{index}.{theirs}.{kind}"
                 )
+    return keys
+
+
+def mapping(ours: BERTConfig, tensors: dict[str, torch.Tensor]) -> tuple[dict[str, Take], dict[str, str]]:
+    prefix = _prefix(tensors)
+    keys = encoder_keys(ours, prefix) | projection_keys(ours.projection, tensors)
     present = {"pooler.dense": ours.pooler, "classifier": ours.classifier}
     for theirs, mine in HEADS.items():
         if present.get(theirs, ours.mlm_head):

@@ -9,6 +9,7 @@ layer's tensors. Everything else (the config keys, the model, the key mapping) i
 architecture of this kind is a row, not a copy of this module.
 """
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -58,6 +59,9 @@ class Row:
     neutral: dict[str, str] = field(default_factory=dict)  # config.json keys that change nothing -> why
     qk_norm: bool = False  # an RMSNorm on each head's queries and keys (q_norm, k_norm) before rotary
     sliding_window: bool = False  # config.json sliding_window (null: none) bounds every layer's attention
+    # layer_types names each layer's attention (sliding ones take sliding_window) and no_rope_layers leaves
+    # rotary out of the layers it marks 0 (SmolLM3's NoPE layers)
+    per_layer: bool = False
 
 
 def _llama_biases(hf: dict[str, Any]) -> tuple[bool, bool]:
@@ -70,6 +74,10 @@ ROWS = {
         "llama",
         _llama_biases,
         refused=(("pretraining_tp", 1, "tensor-parallel slicing changes the numerics"),),
+        neutral={  # written by nanotron's conversion (SmolLM2); transformers' Llama reads neither
+            "is_llama_config": "a marker of nanotron's conversion, read by nothing",
+            "rope_interleaved": "transformers' Llama ignores it: it rotates halves whatever it says",
+        },
     ),
     "Qwen2ForCausalLM": Row(
         "qwen2",
@@ -78,6 +86,15 @@ ROWS = {
         neutral=_SLIDING_OFF,
     ),
     "MistralForCausalLM": Row("mistral", lambda hf: (False, False), sliding_window=True),
+    "SmolLM3ForCausalLM": Row(
+        "smollm3",
+        _llama_biases,
+        per_layer=True,
+        neutral={
+            "use_sliding_window": "read through layer_types, which names the sliding layers",
+            "no_rope_layer_interval": "read through no_rope_layers, which transformers derives from it",
+        },
+    ),
     "Qwen3ForCausalLM": Row(
         "qwen3",
         _llama_biases,
@@ -92,11 +109,8 @@ ROWS = {
 def config(row: Row, hf: dict[str, Any], tensors: dict[str, torch.Tensor], folder: Path) -> GPTConfig:
     for name, allowed, why in row.refused:
         refuse(hf, name, allowed, why)
-    layer_types = get(hf, "layer_types", default=None)
-    if layer_types is not None and set(layer_types) != {"full_attention"}:
-        raise ModelImportError(
-            f"config.json layer_types={layer_types!r}: only full attention is imported for {row.model_type}"
-        )
+    layers = get(hf, "num_hidden_layers")
+    types = _layer_types(row, hf, layers)
     theta, scaling = rope(hf)
     d_model, heads = get(hf, "hidden_size"), get(hf, "num_attention_heads")
     qkv_bias, out_bias = row.biases(hf)
@@ -120,7 +134,7 @@ def config(row: Row, hf: dict[str, Any], tensors: dict[str, torch.Tensor], folde
     return GPTConfig(
         vocab_size=get(hf, "vocab_size"),
         d_model=d_model,
-        n_layers=get(hf, "num_hidden_layers"),
+        n_layers=layers,
         n_heads=heads,
         d_ff=get(hf, "intermediate_size"),
         max_len=get(hf, "max_position_embeddings", default=2048),
@@ -130,6 +144,48 @@ def config(row: Row, hf: dict[str, Any], tensors: dict[str, torch.Tensor], folde
             hf, tensors, head="lm_head.weight", embedding="model.embed_tokens.weight", default=False
         ),
         block=block,
+        layers=_layers(row, hf, block, types) if row.per_layer else (),
+    )
+
+
+def _layer_types(row: Row, hf: dict[str, Any], layers: int) -> list[str]:
+    """Each layer's attention kind: "full_attention", or "sliding_attention" where a per-layer row's
+    layer_types says so."""
+    types = get(hf, "layer_types", default=None)
+    if types is None:
+        if row.per_layer and get(hf, "use_sliding_window", default=False):
+            raise ModelImportError(
+                "config.json use_sliding_window=true without layer_types: re-save the config with "
+                "transformers 5, which lists the sliding layers"
+            )
+        return ["full_attention"] * layers
+    kinds = ("full_attention", "sliding_attention") if row.per_layer else ("full_attention",)
+    if not isinstance(types, list) or len(types) != layers or not set(types) <= set(kinds):
+        raise ModelImportError(
+            f"config.json layer_types={types!r}: {row.model_type} imports one of {kinds} per layer ({layers})"
+        )
+    return types
+
+
+def _layers(row: Row, hf: dict[str, Any], block: BlockOptions, types: list[str]) -> tuple[BlockOptions, ...]:
+    """One BlockOptions per layer: a window on the sliding layers, no rotary on the NoPE ones."""
+    window = get(hf, "sliding_window", default=None)
+    if window is None and "sliding_attention" in types:
+        raise ModelImportError("config.json layer_types has sliding_attention layers but no sliding_window")
+    interval = get(hf, "no_rope_layer_interval", default=None)
+    derived = [int(interval is None or (i + 1) % interval != 0) for i in range(len(types))]
+    rotary = get(hf, "no_rope_layers", default=derived)
+    if not isinstance(rotary, list) or len(rotary) != len(types) or not set(rotary) <= {0, 1}:
+        raise ModelImportError(f"config.json no_rope_layers={rotary!r} must hold 0 or 1 per layer")
+    return tuple(
+        dataclasses.replace(
+            block,
+            attention=dataclasses.replace(
+                block.attention, sliding_window=window if kind == "sliding_attention" else None
+            ),
+            rotary=block.rotary if uses else None,
+        )
+        for kind, uses in zip(types, rotary, strict=True)
     )
 
 

@@ -48,6 +48,23 @@ def chunk(key: str, index: int, parts: int, *, dim: int, transpose: bool = False
     )
 
 
+def rows(key: str, start: int, stop: int) -> Take:
+    """Rows start .. stop - 1 of a fused tensor (Phi-3's qkv_proj: q, then k, then v, of unequal sizes
+    under grouped-query attention)."""
+    return Take(key, lambda tensor: tensor[start:stop], f"rows {start}:{stop}")
+
+
+def per_head(key: str, index: int, parts: int, heads: int) -> Take:
+    """Part `index` of `parts` interleaved per head (GPT-NeoX's query_key_value: for each head its query,
+    key and value rows in turn): rows (H * parts * Dh, ...) -> (H * Dh, ...)."""
+
+    def cut(tensor: torch.Tensor) -> torch.Tensor:
+        grouped = tensor.reshape(heads, parts, -1, *tensor.shape[1:])  # (H, parts, Dh, ...)
+        return grouped[:, index].reshape(-1, *tensor.shape[1:])  # (H * Dh, ...)
+
+    return Take(key, cut, f"part {index + 1} of {parts} of each of {heads} heads")
+
+
 def load_mapped(
     model: nn.Module,
     tensors: dict[str, torch.Tensor],

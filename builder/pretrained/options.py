@@ -6,6 +6,8 @@ reason (`NEUTRAL`, and an architecture's own `neutral`). `ConfigJson` records wh
 `check_accounted` refuses anything else by name, so a setting onnxformer does not know is never dropped.
 """
 
+import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,26 +180,60 @@ ROPE_FIELDS = {
     "default": (),
     "linear": ("factor",),
     "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+    "longrope": (
+        "short_factor",
+        "long_factor",
+        "factor",
+        "attention_factor",
+        "original_max_position_embeddings",
+    ),
 }
 ROPE_NAMES = ("rope_type", "type", "rope_theta")
 
 
-def rope(hf: dict[str, Any]) -> tuple[float, RopeScalingOptions | None]:
+def rope(hf: dict[str, Any], *, fraction: bool = False) -> tuple[float, RopeScalingOptions | None]:
     """(rope_theta, scaling): 4.x writes rope_theta and rope_scaling at the top level, 5.x one
     rope_parameters dict holding both. A field of either that the kind does not use is refused by name
-    (a partial_rotary_factor, say, is never dropped)."""
+    (a partial_rotary_factor, say, is never dropped; with `fraction` the caller reads it:
+    `rotary_fraction`)."""
     parameters = hf.get("rope_parameters")
-    scaling: dict[str, Any] | None
+    theta = hf.get("rope_theta", 10000.0)
     if isinstance(parameters, dict):
-        theta = parameters.get("rope_theta", hf.get("rope_theta", 10000.0))
-        scaling, where = parameters, "rope_parameters"
+        theta, scaling = rope_parameters(parameters, "rope_parameters", theta=theta, fraction=fraction)
     else:
-        theta = hf.get("rope_theta", 10000.0)
-        scaling, where = hf.get("rope_scaling"), "rope_scaling"
-    if not scaling:
-        return float(theta), None
+        scaling_dict = hf.get("rope_scaling") or {}
+        theta, scaling = rope_parameters(scaling_dict, "rope_scaling", theta=theta, fraction=fraction)
+    if scaling is not None and scaling.kind == "longrope":
+        scaling = _longrope(hf, scaling)
+    return theta, scaling
+
+
+def _longrope(hf: dict[str, Any], scaling: RopeScalingOptions) -> RopeScalingOptions:
+    """longrope's context and attention factor as transformers settles them: config.json's top-level
+    original_max_position_embeddings first (Phi-3 keeps it there), the factor max_position_embeddings /
+    that context unless given, and the attention factor sqrt(1 + ln factor / ln context) unless given."""
+    raw = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
+    context = get(hf, "original_max_position_embeddings", default=raw.get("original_max_position_embeddings"))
+    if context is None:
+        context = get(hf, "max_position_embeddings")
+    factor = raw.get("factor") or get(hf, "max_position_embeddings") / context
+    given = raw.get("attention_factor")
+    attention = given if given is not None else (
+        1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(context))
+    )  # fmt: skip
+    return dataclasses.replace(
+        scaling, original_max_position_embeddings=context, factor=factor, attention_factor=float(attention)
+    )
+
+
+def rope_parameters(
+    scaling: Any, where: str, *, theta: float = 10000.0, fraction: bool = False
+) -> tuple[float, RopeScalingOptions | None]:
+    """(rope_theta, scaling) from one rope dict (`where` names it in errors); its rope_theta wins over
+    `theta`. With `fraction`, the caller reads partial_rotary_factor itself."""
     if not isinstance(scaling, dict):
         raise ModelImportError(f"config.json {where}={scaling!r} must be an object")
+    theta = scaling.get("rope_theta", theta)
     kind = scaling.get("rope_type", scaling.get("type", "default"))
     if kind not in ROPE_FIELDS:
         raise ModelImportError(
@@ -205,7 +241,7 @@ def rope(hf: dict[str, Any]) -> tuple[float, RopeScalingOptions | None]:
             f"onnxformer imports {', '.join(ROPE_FIELDS)}"
         )
     for name, value in scaling.items():
-        whole = name == "partial_rotary_factor" and value == 1.0  # every dimension rotates: the default
+        whole = name == "partial_rotary_factor" and (fraction or value == 1.0)  # 1.0: every feature rotates
         if name not in ROPE_NAMES and name not in ROPE_FIELDS[kind] and value is not None and not whole:
             raise ModelImportError(
                 f"config.json {where}.{name}={value!r} is not used by rope type {kind!r} as onnxformer "
@@ -213,8 +249,21 @@ def rope(hf: dict[str, Any]) -> tuple[float, RopeScalingOptions | None]:
             )
     if kind == "default":
         return float(theta), None
-    fields = {name: scaling[name] for name in ROPE_FIELDS[kind] if name in scaling}
+    fields = {name: scaling[name] for name in ROPE_FIELDS[kind] if scaling.get(name) is not None}
     return float(theta), RopeScalingOptions(kind=kind, **fields)
+
+
+def rotary_fraction(hf: dict[str, Any], *names: str) -> float:
+    """The share of each head's width that rotates: rope_parameters.partial_rotary_factor (5.x), else the
+    first of `names` at the top level (4.x: partial_rotary_factor, NeoX's rotary_pct), else 1."""
+    parameters = hf.get("rope_parameters")
+    if isinstance(parameters, dict) and parameters.get("partial_rotary_factor") is not None:
+        value = parameters["partial_rotary_factor"]
+    else:
+        value = get(hf, *names, default=1.0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise ModelImportError(f"config.json partial rotary factor {value!r} must be a number in (0, 1]")
+    return float(value)
 
 
 def head_tied(

@@ -11,6 +11,11 @@ post-processor adds: [CLS] text [SEP] for BERT, <s> text for Llama, text </s> fo
 It is measured, by encoding a probe with and without special tokens, rather than parsed from the template.
 
 Fixed padding and truncation settings are removed: the runtime pads and bounds lengths itself.
+
+Every part of tokenizer.json (model, normalizer, pre-tokenizer, post-processor, decoder, and each member of
+a Sequence) must be of a type that every host tokenizing from the export reads: the Python `tokenizers`
+library and the pure-JS @huggingface/tokenizers of the Node and browser hosts. Another type is refused by
+name at import (`COMPONENTS`), rather than exported into a folder that some host cannot open.
 """
 
 from pathlib import Path
@@ -30,6 +35,52 @@ SUFFIX_ROLES = ("sep", "eos", "cls", "bos", "pad", "unk", "mask")
 PROBE = "hello world"
 
 
+# tokenizer.json part -> the types both tokenizers libraries read (@huggingface/tokenizers 0.2's create_*).
+COMPONENTS: dict[str, frozenset[str]] = {
+    "model": frozenset({"BPE", "WordPiece", "Unigram"}),
+    "normalizer": frozenset({
+        "BertNormalizer", "Precompiled", "Sequence", "Replace", "NFC", "NFD", "NFKC", "NFKD", "Strip",
+        "StripAccents", "Lowercase", "Prepend",
+    }),
+    "pre_tokenizer": frozenset({
+        "BertPreTokenizer", "Sequence", "Whitespace", "WhitespaceSplit", "Metaspace", "ByteLevel", "Split",
+        "Punctuation", "Digits", "FixedLength",
+    }),
+    "post_processor": frozenset({
+        "TemplateProcessing", "ByteLevel", "BertProcessing", "RobertaProcessing", "Sequence",
+    }),
+    "decoder": frozenset({
+        "ByteLevel", "WordPiece", "Metaspace", "BPEDecoder", "CTC", "Sequence", "Replace", "Fuse", "Strip",
+        "ByteFallback",
+    }),
+}  # fmt: skip
+# a Sequence's members, by part
+MEMBERS = {"normalizer": "normalizers", "pre_tokenizer": "pretokenizers", "post_processor": "processors",
+           "decoder": "decoders"}  # fmt: skip
+
+
+def check_components(data: dict[str, Any], path: Path) -> None:
+    """ModelImportError naming the first part of tokenizer.json whose type a host's tokenizer cannot read."""
+    for part, known in COMPONENTS.items():
+        pending = [(part, data.get(part))]
+        while pending:
+            where, value = pending.pop()
+            if value is None:
+                continue
+            kind = value.get("type") if isinstance(value, dict) else None
+            if part == "model" and kind is None and isinstance(value, dict):
+                continue  # an older file without the type: both libraries infer it from the vocabulary
+            if kind not in known:
+                raise ModelImportError(
+                    f"{path} {where} is of type {kind!r}, which the Node and browser hosts' tokenizer "
+                    f"(@huggingface/tokenizers) does not read; onnxformer exports a {part} of type "
+                    f"{', '.join(sorted(known))}"
+                )
+            if kind == "Sequence":
+                members = value.get(MEMBERS[part]) or []
+                pending += [(f"{where}[{i}]", member) for i, member in enumerate(members)]
+
+
 def load_pretrained_tokenizer(
     folder: Path, hf_config: dict[str, Any]
 ) -> tuple[Tokenizer, dict[str, int], Framing]:
@@ -44,10 +95,38 @@ def load_pretrained_tokenizer(
         tokenizer = Tokenizer.from_file(str(path))
     except Exception as error:  # the library raises a bare Exception
         raise ModelImportError(f"{path} is not a tokenizer.json ({str(error)[:200]})") from None
+    check_components(read_json(path, what="the tokenizer"), path)
     tokenizer.no_padding()
     tokenizer.no_truncation()
     special = roles(folder, tokenizer, hf_config)
     return tokenizer, special, framing(tokenizer, special)
+
+
+CHAT_TEMPLATE_FILE = "chat_template.jinja"  # transformers 5 saves the template beside tokenizer_config.json
+
+
+def chat_template(folder: Path) -> str | None:
+    """The folder's chat template (a Jinja string), or None: chat_template.jinja, else tokenizer_config.json's
+    chat_template (a string, or a list of named templates of which the "default" one is taken)."""
+    path = folder / CHAT_TEMPLATE_FILE
+    if path.is_file():
+        try:
+            return path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise ModelImportError(f"{path} is not readable UTF-8 text ({error})") from None
+    if not (folder / "tokenizer_config.json").is_file():
+        return None
+    template = read_json(folder / "tokenizer_config.json", what="the tokenizer's settings").get(
+        "chat_template"
+    )
+    if isinstance(template, list):
+        named = {item.get("name"): item.get("template") for item in template if isinstance(item, dict)}
+        template = named.get("default")
+    if template is not None and not isinstance(template, str):
+        raise ModelImportError(
+            f"tokenizer_config.json chat_template must be a string, got {type(template).__name__}"
+        )
+    return template
 
 
 def _token_text(value: Any) -> str | None:

@@ -1,6 +1,9 @@
 """BERT's export: one encoder graph (hidden states, sentence embedding, and the heads the model has:
 masked-LM logits, pooler output, class logits), an attention-weights graph, the encoder stack's blocks,
-and sentence embeddings as end-to-end goldens. Texts are framed as [CLS] + text + [SEP]."""
+and sentence embeddings as end-to-end goldens. Texts are framed as [CLS] + text + [SEP].
+
+The graphs take token_type_ids only where a model has more than one token type: DistilBERT has none, and
+RoBERTa's single type is always 0 (the model adds its one row itself)."""
 
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -47,6 +50,11 @@ HEADS = {
 OPTIONAL_HEADS = {"mlm_logits": "mlm_head", "pooler_output": "pooler", "class_logits": "classifier"}
 
 
+def inputs(config: Any) -> tuple[str, ...]:
+    """The graphs' input names for this config: token_type_ids where the model has segments to choose."""
+    return INPUTS if config.type_vocab_size > 1 else INPUTS[:2]
+
+
 def heads(config: Any) -> list[str]:
     """The encoder graph's output names for this config, in order."""
     return [name for name in HEADS if name not in OPTIONAL_HEADS or getattr(config, OPTIONAL_HEADS[name])]
@@ -58,7 +66,7 @@ class Encoder(nn.Module):
         self.model = model
         self.fields = [HEADS[name] for name in heads(model.config)]
 
-    def forward(self, input_ids, attention_mask, token_type_ids):  # (B, T) x3
+    def forward(self, input_ids, attention_mask, token_type_ids=None):  # (B, T) x2 or x3
         out = self.model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         return tuple(getattr(out, field) for field in self.fields)
 
@@ -68,7 +76,7 @@ class Attentions(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids, attention_mask, token_type_ids):  # (B, T) x3 -> per layer (B, H, T, T)
+    def forward(self, input_ids, attention_mask, token_type_ids=None):  # (B, T) x2 or x3 -> (B, H, T, T) each
         out = self.model(
             input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, need_weights=True
         )
@@ -76,38 +84,42 @@ class Attentions(nn.Module):
 
 
 def _example(model: BERT) -> dict[str, Any]:
-    return {
+    example = {
         "input_ids": random_ids(model, TRACE_BATCH, TRACE_LENGTH),
         "attention_mask": torch.ones(TRACE_BATCH, TRACE_LENGTH, dtype=torch.long),
         "token_type_ids": torch.zeros(TRACE_BATCH, TRACE_LENGTH, dtype=torch.long),
     }
+    return {name: example[name] for name in inputs(model.config)}
 
 
 def _cases(model: BERT, generator: torch.Generator) -> Cases:
-    return plain_cases(model, generator, side="right", segments=True)
+    return plain_cases(model, generator, side="right", segments="token_type_ids" in inputs(model.config))
 
 
-_AXES: AxisNames = dict.fromkeys(INPUTS, ("batch", "sequence"))
+def _axes(config: Any) -> AxisNames:
+    return dict.fromkeys(inputs(config), ("batch", "sequence"))
+
+
 GRAPHS = (
     ModelGraph(
         "encoder",
         "encoder.onnx",
         Encoder,
         _example,
-        lambda c: _AXES,
+        _axes,
         heads,
         _cases,
-        lambda c: GraphIO(INPUTS, {name: name for name in heads(c)}),
+        lambda c: GraphIO(inputs(c), {name: name for name in heads(c)}),
     ),
     ModelGraph(
         "attentions",
         "attentions.onnx",
         Attentions,
         _example,
-        lambda c: _AXES,
+        _axes,
         lambda c: [f"attentions.{i}" for i in range(c.n_layers)],
         _cases,
-        lambda c: GraphIO(INPUTS, {"self_attentions": "attentions.{i}"}),
+        lambda c: GraphIO(inputs(c), {"self_attentions": "attentions.{i}"}),
     ),
 )
 
@@ -128,8 +140,8 @@ def sentence_embedder(
     output the graph computes."""
     index = list(output_names).index(EMBEDDING)
 
-    def embed(input_ids: torch.Tensor) -> torch.Tensor:  # (1, T) -> (1, D)
-        return wrapper(input_ids, torch.ones_like(input_ids), torch.zeros_like(input_ids))[index]
+    def embed(input_ids: torch.Tensor) -> torch.Tensor:  # (1, T) -> (1, D); segment ids all 0
+        return wrapper(input_ids, torch.ones_like(input_ids))[index]
 
     return embed
 
