@@ -42,6 +42,11 @@ SANITIZERS = {
 @pytest.fixture(scope="session")
 def c_host() -> Path:
     """The sanitized onnxformer-c, built by `make -C hosts/c` (a no-op when make already built it)."""
+    return c_host_binary()
+
+
+def c_host_binary() -> Path:
+    """The build behind the c_host fixture, for other modules' tests (make is a no-op once built)."""
     missing = [tool for tool in ("gcc", "make", "apt-get", "dpkg-deb") if shutil.which(tool) is None]
     if missing:
         pytest.fail(f"the C host cannot be built: {', '.join(missing)} missing; {INSTALL}")

@@ -332,6 +332,22 @@ def test_goldens_pass_in_the_python_runtime_and_tract(exports: dict[str, Path], 
         assert not failed, f"{engine}: {failed[:5]}"
 
 
+def test_goldens_pass_in_the_c_host(exports: dict[str, Path]) -> None:
+    """The C host verifies every encoder export: graph goldens and the end-to-end embeddings (tokenizer
+    goldens wait for its tokenizer)."""
+    from test_c_host import RESULT, c_host_binary, run
+
+    binary = c_host_binary()
+    for name, export in exports.items():
+        result = run(binary, "verify", str(export))
+        assert result.returncode == 0, f"{name}: " + result.stdout[-3000:] + result.stderr[-2000:]
+        lines = [match for line in result.stdout.splitlines() if (match := RESULT.match(line))]
+        assert lines and all(match.group(1) == "ok  " for match in lines), name
+        worst = max((float(m.group(6)) for m in lines if m.group(6) is not None), default=None)
+        assert worst is not None, f"{name}: no difference was measured"
+        print(f"C host, {name}: {len(lines)} results ok, max abs diff {worst:.2e}")
+
+
 def ours_architecture(name: str) -> str:
     encoder = hf_encoders.SENTENCE[name][0] if name in hf_encoders.SENTENCE else name
     return "BertModel" if encoder == "bert" else hf_encoders.ENCODERS[encoder][1]

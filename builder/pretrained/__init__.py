@@ -23,11 +23,11 @@ from onnxformer.builder.families import FAMILIES, FamilyModel
 from onnxformer.builder.pretrained import (
     bert,
     distilbert,
-    gemma,
+    gemma2,
     gpt2,
+    gpt_neox,
     llama_like,
     modernbert,
-    neox,
     phi3,
     roberta,
     t5,
@@ -58,9 +58,9 @@ ARCHITECTURES: dict[str, Architecture] = {
     "GPT2Model": gpt2.ARCHITECTURE,
     "T5ForConditionalGeneration": t5.ARCHITECTURE,
     **llama_like.ARCHITECTURES,
-    **gemma.ARCHITECTURES,
+    **gemma2.ARCHITECTURES,
     "Phi3ForCausalLM": phi3.ARCHITECTURE,
-    "GPTNeoXForCausalLM": neox.ARCHITECTURE,
+    "GPTNeoXForCausalLM": gpt_neox.ARCHITECTURE,
 }
 # config.json `model_type` -> the architecture a folder without `architectures` is read as.
 MODEL_TYPES = {arch.model_type: name for name, arch in reversed(ARCHITECTURES.items())}
