@@ -32,10 +32,11 @@ from onnxformer.builder.layers.options import (
     RotaryOptions,
 )
 from onnxformer.builder.pretrained.llama_like import LLAMA_LAYER, QK_NORM_LAYER
-from onnxformer.builder.pretrained.mapping import Take
+from onnxformer.builder.pretrained.mapping import Take, map_head
 from onnxformer.builder.pretrained.options import (
     Architecture,
     activation,
+    decoder_sizes,
     get,
     head_tied,
     refuse,
@@ -127,14 +128,7 @@ def config(hf: dict[str, Any], tensors: dict[str, torch.Tensor], folder: Path, *
         raise ModelImportError("config.json has sliding_attention layers but no sliding_window")
     capped = get(hf, "final_logit_softcapping", default=None)
     return GPTConfig(
-        vocab_size=get(hf, "vocab_size"),
-        d_model=d_model,
-        n_layers=layers,
-        n_heads=heads,
-        d_ff=get(hf, "intermediate_size"),
-        max_len=get(hf, "max_position_embeddings", default=8192),
-        dropout=float(get(hf, "attention_dropout", default=0.0)),
-        position="rotary",
+        **decoder_sizes(hf, max_len=8192),
         tie_embeddings=head_tied(
             hf, tensors, head="lm_head.weight", embedding="model.embed_tokens.weight", default=True
         ),
@@ -158,12 +152,8 @@ def mapping(ours: GPTConfig, tensors: dict[str, torch.Tensor]) -> tuple[dict[str
             keys[f"{ours_at}{mine}.weight"] = Take(f"{theirs}{name}.weight")
             if biased and name.startswith("self_attn.") and name.endswith("_proj"):
                 keys[f"{ours_at}{mine}.bias"] = Take(f"{theirs}{name}.bias")
-    ignored = {}
-    if ours.tie_embeddings:
-        ignored["lm_head.weight"] = "tied to the token embedding"
-    else:
-        keys["lm_head.weight"] = Take("lm_head.weight")
-    return keys, ignored
+    ignored: dict[str, str] = {}
+    return map_head(keys, ignored, tied=ours.tie_embeddings)
 
 
 def _config2(hf: dict[str, Any], tensors: dict[str, torch.Tensor], folder: Path) -> GPTConfig:

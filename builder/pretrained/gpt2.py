@@ -9,7 +9,7 @@ import torch
 
 from onnxformer.builder.families import GPTConfig
 from onnxformer.builder.layers.options import BlockOptions, FeedForwardOptions, NormOptions
-from onnxformer.builder.pretrained.mapping import Take, chunk, transposed
+from onnxformer.builder.pretrained.mapping import Take, chunk, map_head, transposed
 from onnxformer.builder.pretrained.options import Architecture, activation, get, head_tied, refuse
 
 
@@ -74,11 +74,7 @@ def mapping(ours: GPTConfig, tensors: dict[str, torch.Tensor]) -> tuple[dict[str
             keys[f"{ours_at}{mine}.bias"] = Take(f"{theirs}{norm}.bias")
         ignored[f"{theirs}attn.bias"] = "the causal mask buffer of older checkpoints"
         ignored[f"{theirs}attn.masked_bias"] = "a constant buffer of older checkpoints"
-    if ours.tie_embeddings:
-        ignored["lm_head.weight"] = "tied to the token embedding"
-    else:
-        keys["lm_head.weight"] = Take("lm_head.weight")
-    return keys, ignored
+    return map_head(keys, ignored, tied=ours.tie_embeddings)
 
 
 # GPT2DoubleHeadsModel's sequence-summary head: GPT2LMHeadModel and GPT2Model have none.

@@ -19,10 +19,11 @@ from onnxformer.builder.layers.options import (
     ResidualOptions,
     RotaryOptions,
 )
-from onnxformer.builder.pretrained.mapping import Take, per_head
+from onnxformer.builder.pretrained.mapping import Take, map_head, per_head
 from onnxformer.builder.pretrained.options import (
     Architecture,
     activation,
+    decoder_sizes,
     get,
     head_tied,
     rope,
@@ -43,14 +44,7 @@ def config(hf: dict[str, Any], tensors: dict[str, torch.Tensor], folder: Path) -
     theta = float(get(hf, "rotary_emb_base", default=theta))  # 4.x's name for rope_theta
     bias = bool(get(hf, "attention_bias", default=True))
     return GPTConfig(
-        vocab_size=get(hf, "vocab_size"),
-        d_model=get(hf, "hidden_size"),
-        n_layers=get(hf, "num_hidden_layers"),
-        n_heads=get(hf, "num_attention_heads"),
-        d_ff=get(hf, "intermediate_size"),
-        max_len=get(hf, "max_position_embeddings", default=2048),
-        dropout=float(get(hf, "hidden_dropout", default=0.0)),
-        position="rotary",
+        **decoder_sizes(hf, max_len=2048, dropout="hidden_dropout"),
         tie_embeddings=head_tied(
             hf, tensors, head="embed_out.weight", embedding="gpt_neox.embed_in.weight", default=False
         ),
@@ -89,11 +83,7 @@ def mapping(ours: GPTConfig, tensors: dict[str, torch.Tensor]) -> tuple[dict[str
             ignored[f"{theirs}{buffer}"] = (
                 "a buffer of older checkpoints (the causal mask, rotary frequencies)"
             )
-    if ours.tie_embeddings:
-        ignored["embed_out.weight"] = "tied to the token embedding"
-    else:
-        keys["lm_head.weight"] = Take("embed_out.weight")
-    return keys, ignored
+    return map_head(keys, ignored, tied=ours.tie_embeddings, theirs="embed_out.weight")
 
 
 NEUTRAL = {

@@ -26,8 +26,16 @@ from onnxformer.builder.layers.options import (
     NormOptions,
     RotaryOptions,
 )
-from onnxformer.builder.pretrained.mapping import Take
-from onnxformer.builder.pretrained.options import Architecture, activation, get, head_tied, refuse, rope
+from onnxformer.builder.pretrained.mapping import Take, map_head
+from onnxformer.builder.pretrained.options import (
+    Architecture,
+    activation,
+    decoder_sizes,
+    get,
+    head_tied,
+    refuse,
+    rope,
+)
 from onnxformer.runtime.errors import ModelImportError
 
 # their name for a layer's tensor -> ours, under model.layers.<i>. and decoder.blocks.<i>.
@@ -132,14 +140,7 @@ def config(row: Row, hf: dict[str, Any], tensors: dict[str, torch.Tensor], folde
         ),
     )
     return GPTConfig(
-        vocab_size=get(hf, "vocab_size"),
-        d_model=d_model,
-        n_layers=layers,
-        n_heads=heads,
-        d_ff=get(hf, "intermediate_size"),
-        max_len=get(hf, "max_position_embeddings", default=2048),
-        dropout=float(get(hf, "attention_dropout", default=0.0)),
-        position="rotary",
+        **decoder_sizes(hf, max_len=2048),
         tie_embeddings=head_tied(
             hf, tensors, head="lm_head.weight", embedding="model.embed_tokens.weight", default=False
         ),
@@ -217,11 +218,7 @@ def mapping(
         f"model.layers.{i}.self_attn.rotary_emb.inv_freq": "recomputed from rope_theta"
         for i in range(ours.n_layers)
     }
-    if ours.tie_embeddings:
-        ignored["lm_head.weight"] = "tied to the token embedding"
-    else:
-        keys["lm_head.weight"] = Take("lm_head.weight")
-    return keys, ignored
+    return map_head(keys, ignored, tied=ours.tie_embeddings)
 
 
 ARCHITECTURES = {

@@ -48,6 +48,18 @@ def chunk(key: str, index: int, parts: int, *, dim: int, transpose: bool = False
     )
 
 
+def map_head(
+    keys: dict[str, Take], ignored: dict[str, str], *, tied: bool, theirs: str = "lm_head.weight"
+) -> tuple[dict[str, Take], dict[str, str]]:
+    """(keys, ignored) with the LM head added: taken from `theirs`, or, when tied to the token embedding,
+    that checkpoint tensor named as known and unneeded."""
+    if tied:
+        ignored[theirs] = "tied to the token embedding"
+    else:
+        keys["lm_head.weight"] = Take(theirs)
+    return keys, ignored
+
+
 def rows(key: str, start: int, stop: int) -> Take:
     """Rows start .. stop - 1 of a fused tensor (Phi-3's qkv_proj: q, then k, then v, of unequal sizes
     under grouped-query attention)."""

@@ -157,6 +157,22 @@ def get(hf: dict[str, Any], *names: str, default: Any = REQUIRED) -> Any:
     return default
 
 
+def decoder_sizes(hf: dict[str, Any], *, max_len: int, dropout: str = "attention_dropout") -> dict[str, Any]:
+    """GPTConfig's sizes under the names Llama-era config.json files share (hidden_size, num_hidden_layers,
+    num_attention_heads, intermediate_size, vocab_size, max_position_embeddings), with rotary positions;
+    `max_len` where the file has no max_position_embeddings, `dropout` the field read as dropout."""
+    return {
+        "vocab_size": get(hf, "vocab_size"),
+        "d_model": get(hf, "hidden_size"),
+        "n_layers": get(hf, "num_hidden_layers"),
+        "n_heads": get(hf, "num_attention_heads"),
+        "d_ff": get(hf, "intermediate_size"),
+        "max_len": get(hf, "max_position_embeddings", default=max_len),
+        "dropout": float(get(hf, dropout, default=0.0)),
+        "position": "rotary",
+    }
+
+
 def activation(name: Any, *, field: str) -> Activation:
     if name not in ACTIVATIONS:
         raise ModelImportError(

@@ -21,10 +21,11 @@ from onnxformer.builder.layers.options import (
     NormOptions,
     RotaryOptions,
 )
-from onnxformer.builder.pretrained.mapping import Take, chunk, rows
+from onnxformer.builder.pretrained.mapping import Take, chunk, map_head, rows
 from onnxformer.builder.pretrained.options import (
     Architecture,
     activation,
+    decoder_sizes,
     get,
     head_tied,
     rope,
@@ -36,14 +37,7 @@ def config(hf: dict[str, Any], tensors: dict[str, torch.Tensor], folder: Path) -
     theta, scaling = rope(hf, fraction=True)
     d_model, heads = get(hf, "hidden_size"), get(hf, "num_attention_heads")
     return GPTConfig(
-        vocab_size=get(hf, "vocab_size"),
-        d_model=d_model,
-        n_layers=get(hf, "num_hidden_layers"),
-        n_heads=heads,
-        d_ff=get(hf, "intermediate_size"),
-        max_len=get(hf, "max_position_embeddings", default=4096),
-        dropout=float(get(hf, "attention_dropout", default=0.0)),
-        position="rotary",
+        **decoder_sizes(hf, max_len=4096),
         tie_embeddings=head_tied(
             hf, tensors, head="lm_head.weight", embedding="model.embed_tokens.weight", default=False
         ),
@@ -84,12 +78,8 @@ def mapping(ours: GPTConfig, tensors: dict[str, torch.Tensor]) -> tuple[dict[str
         keys[f"{ours_at}ffn.down.weight"] = Take(f"{theirs}mlp.down_proj.weight")
         keys[f"{ours_at}self_attn_residual.norm.weight"] = Take(f"{theirs}input_layernorm.weight")
         keys[f"{ours_at}ffn_residual.norm.weight"] = Take(f"{theirs}post_attention_layernorm.weight")
-    ignored = {}
-    if ours.tie_embeddings:
-        ignored["lm_head.weight"] = "tied to the token embedding"
-    else:
-        keys["lm_head.weight"] = Take("lm_head.weight")
-    return keys, ignored
+    ignored: dict[str, str] = {}
+    return map_head(keys, ignored, tied=ours.tie_embeddings)
 
 
 NEUTRAL = {

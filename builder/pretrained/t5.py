@@ -15,7 +15,7 @@ import torch
 from onnxformer.builder.families import T5Config
 from onnxformer.builder.layers.feedforward import Activation
 from onnxformer.builder.layers.options import AttentionOptions, BlockOptions, FeedForwardOptions, NormOptions
-from onnxformer.builder.pretrained.mapping import Take
+from onnxformer.builder.pretrained.mapping import Take, map_head
 from onnxformer.builder.pretrained.options import Architecture, activation, get, head_tied, refuse
 
 ATTENTION = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj"}
@@ -92,11 +92,7 @@ def mapping(ours: T5Config, tensors: dict[str, torch.Tensor]) -> tuple[dict[str,
         "encoder.embed_tokens.weight": "a tied copy of shared.weight",
         "decoder.embed_tokens.weight": "a tied copy of shared.weight",
     }
-    if ours.tie_embeddings:
-        ignored["lm_head.weight"] = "tied to shared.weight"
-    else:
-        keys["lm_head.weight"] = Take("lm_head.weight")
-    return keys, ignored
+    return map_head(keys, ignored, tied=ours.tie_embeddings)
 
 
 NEUTRAL = {"is_gated_act": "derived from feed_forward_proj, which the import reads"}
