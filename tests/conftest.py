@@ -67,8 +67,9 @@ def model_exports(
 def hf_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """name -> folder: bert (BertModel), bert-mlm, bert-cls, gpt2, t5 (v1.0 relu, tied), t5-gated
     (gated-gelu, untied, 2 encoder / 3 decoder layers), llama (untied), llama-tied, llama-bf16,
-    llama-fp16, llama-sharded (shards of 20KB with model.safetensors.index.json), qwen2 (q/k/v biases), qwen3
-    (QK-norm, head_dim 16 apart from hidden / heads, tied), mistral (sliding window 8),
+    llama-fp16, llama-sharded (shards of 20KB with model.safetensors.index.json), qwen2 (q/k/v biases),
+    qwen2-sliding (use_sliding_window, the second layer over 8 keys), qwen3 (QK-norm, head_dim 16 apart
+    from hidden / heads, tied), mistral (sliding window 8),
     gemma2 and gemma3 (sandwich norms, local and global layers, byte-fallback BPE), phi3 (fused q/k/v and
     gate/up, partial rotary, window 8), phi3-longrope (longrope: 16 positions stretched to 80), neox
     (per-head fused q/k/v, partial rotary, parallel residual), smollm3 (NoPE layers, a sliding layer),
@@ -90,6 +91,7 @@ def hf_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "llama-fp16": lambda p: hf_models.llama_folder(p, dtype=torch.float16),
         "llama-sharded": lambda p: hf_models.llama_folder(p, shard="20KB"),
         "qwen2": hf_models.qwen2_folder,
+        "qwen2-sliding": lambda p: hf_models.qwen2_folder(p, sliding=True),
         "qwen3": hf_models.qwen3_folder,
         "mistral": hf_models.mistral_folder,
         "gemma2": hf_models.gemma2_folder,

@@ -171,14 +171,21 @@ def llama_folder(
     )  # fmt: skip
 
 
-def qwen2_folder(folder: Path) -> Path:
-    """A Qwen2: Llama's layout with biases on q, k and v and none on the output projection."""
+def qwen2_folder(folder: Path, *, sliding: bool = False) -> Path:
+    """A Qwen2: Llama's layout with biases on q, k and v and none on the output projection. `sliding`:
+    use_sliding_window with a window of 8 from layer max_window_layers = 1 on (the second of 2), and no
+    layer_types, so the import derives them as transformers 5 does."""
     import transformers
 
-    return _llama_like_folder(
+    window = {"sliding_window": 8, "max_window_layers": 1} if sliding else {}
+    folder = _llama_like_folder(
         folder, transformers.Qwen2Config, transformers.Qwen2ForCausalLM,
-        rope_theta=1e6, tie_word_embeddings=False, use_sliding_window=False,
+        rope_theta=1e6, tie_word_embeddings=False, use_sliding_window=sliding, **window,
     )  # fmt: skip
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("layer_types", None)  # as a transformers 4.x folder has it
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    return folder
 
 
 # A ChatML template as Qwen's tokenizer_config.json carries one (shortened): kept in the export as is.

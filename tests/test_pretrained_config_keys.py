@@ -29,6 +29,7 @@ FOLDERS = (
     "t5-gated",
     "llama",
     "qwen2",
+    "qwen2-sliding",
     "qwen3",
     "mistral",
     "gemma2",

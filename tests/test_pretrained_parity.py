@@ -151,6 +151,7 @@ DECODERS = (
     "llama",
     "llama-tied",
     "qwen2",
+    "qwen2-sliding",
     "qwen3",
     "mistral",
     "gemma2",
@@ -234,12 +235,12 @@ def test_qwen2_is_a_llama_row_with_qkv_biases(hf_folders: dict[str, Path]) -> No
     assert "decoder.blocks.0.self_attn.out_proj.bias" not in names
 
 
-def test_a_qwen2_with_sliding_windows_is_refused(hf_folders: dict[str, Path], tmp_path: Path) -> None:
-    folder = Path(shutil.copytree(hf_folders["qwen2"], tmp_path / "qwen2"))
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, "use_sliding_window": True}))
-    message = import_error(folder)
-    assert "use_sliding_window=True" in message and "sliding-window attention is not built yet" in message
+def test_a_qwen2_with_sliding_windows_slides_from_max_window_layers(hf_folders: dict[str, Path]) -> None:
+    """use_sliding_window without layer_types: the layers from max_window_layers on slide, as transformers 5
+    derives them (the parity and greedy runs above prove the values)."""
+    layers = ours(hf_folders["qwen2-sliding"]).config.layers
+    assert [layer.attention.sliding_window for layer in layers] == [None, 8]
+    assert not ours(hf_folders["qwen2"]).config.layers  # every layer the block: no per-layer options
 
 
 def test_gemma_options_are_the_checkpoints(hf_folders: dict[str, Path]) -> None:

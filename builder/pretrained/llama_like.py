@@ -50,9 +50,21 @@ LLAMA_LAYER = {
 }
 OUTPUT_PROJECTION = "self_attn.o_proj"
 QK_NORM_LAYER = {"self_attn.q_norm": "self_attn.query_norm", "self_attn.k_norm": "self_attn.key_norm"}
-_SLIDING_OFF = {
-    "sliding_window": "used only with use_sliding_window",
-    "max_window_layers": "used only with use_sliding_window",
+
+
+# Which layers slide when config.json has use_sliding_window but no layer_types, as transformers 5's config
+# classes derive them: Qwen's layers from max_window_layers on, SmolLM3's layers without rotary.
+def _qwen_sliding(hf: dict[str, Any], layer: int, rotary: bool) -> bool:
+    return layer >= get(hf, "max_window_layers", default=28)
+
+
+def _nope_sliding(hf: dict[str, Any], layer: int, rotary: bool) -> bool:
+    return not rotary
+
+
+_WINDOW_KEYS = {
+    "sliding_window": "read with use_sliding_window, unused without it (as in transformers)",
+    "max_window_layers": "read with use_sliding_window when there are no layer_types",
 }
 
 
@@ -67,9 +79,10 @@ class Row:
     neutral: dict[str, str] = field(default_factory=dict)  # config.json keys that change nothing -> why
     qk_norm: bool = False  # an RMSNorm on each head's queries and keys (q_norm, k_norm) before rotary
     sliding_window: bool = False  # config.json sliding_window (null: none) bounds every layer's attention
-    # layer_types names each layer's attention (sliding ones take sliding_window) and no_rope_layers leaves
-    # rotary out of the layers it marks 0 (SmolLM3's NoPE layers)
-    per_layer: bool = False
+    # Per-layer rows: with use_sliding_window, the layers layer_types names "sliding_attention" (or, without
+    # layer_types, those this rule picks: config.json, layer index, has rotary) attend over sliding_window
+    # keys; no_rope_layers leaves rotary out of the layers it marks 0 (SmolLM3's NoPE layers).
+    sliding_layers: Callable[[dict[str, Any], int, bool], bool] | None = None
 
 
 def _llama_biases(hf: dict[str, Any]) -> tuple[bool, bool]:
@@ -88,28 +101,25 @@ ROWS = {
         },
     ),
     "Qwen2ForCausalLM": Row(
-        "qwen2",
-        lambda hf: (True, False),
-        refused=(("use_sliding_window", False, "sliding-window attention is not built yet"),),
-        neutral=_SLIDING_OFF,
+        "qwen2", lambda hf: (True, False), sliding_layers=_qwen_sliding, neutral=_WINDOW_KEYS
     ),
     "MistralForCausalLM": Row("mistral", lambda hf: (False, False), sliding_window=True),
     "SmolLM3ForCausalLM": Row(
         "smollm3",
         _llama_biases,
-        per_layer=True,
+        sliding_layers=_nope_sliding,
         neutral={
-            "use_sliding_window": "read through layer_types, which names the sliding layers",
+            **_WINDOW_KEYS,
             "no_rope_layer_interval": "read through no_rope_layers, which transformers derives from it",
         },
     ),
     "Qwen3ForCausalLM": Row(
         "qwen3",
         _llama_biases,
-        refused=(("use_sliding_window", False, "sliding-window attention is not built yet"),),
         layer={**LLAMA_LAYER, **QK_NORM_LAYER},
-        neutral=_SLIDING_OFF,
         qk_norm=True,
+        sliding_layers=_qwen_sliding,
+        neutral=_WINDOW_KEYS,
     ),
 }
 
@@ -118,7 +128,6 @@ def config(row: Row, hf: dict[str, Any], tensors: dict[str, torch.Tensor], folde
     for name, allowed, why in row.refused:
         refuse(hf, name, allowed, why)
     layers = get(hf, "num_hidden_layers")
-    types = _layer_types(row, hf, layers)
     theta, scaling = rope(hf)
     d_model, heads = get(hf, "hidden_size"), get(hf, "num_attention_heads")
     qkv_bias, out_bias = row.biases(hf)
@@ -145,40 +154,30 @@ def config(row: Row, hf: dict[str, Any], tensors: dict[str, torch.Tensor], folde
             hf, tensors, head="lm_head.weight", embedding="model.embed_tokens.weight", default=False
         ),
         block=block,
-        layers=_layers(row, hf, block, types) if row.per_layer else (),
+        layers=_layers(row, hf, block, layers) if row.sliding_layers is not None else (),
     )
 
 
-def _layer_types(row: Row, hf: dict[str, Any], layers: int) -> list[str]:
-    """Each layer's attention kind: "full_attention", or "sliding_attention" where a per-layer row's
-    layer_types says so."""
+def _layers(row: Row, hf: dict[str, Any], block: BlockOptions, layers: int) -> tuple[BlockOptions, ...]:
+    """One BlockOptions per layer, as transformers 5 builds a per-layer row's layers: a window on the
+    sliding layers when use_sliding_window, no rotary on the layers no_rope_layers marks 0."""
+    assert row.sliding_layers is not None  # a per-layer row
+    interval = get(hf, "no_rope_layer_interval", default=None)
+    derived = [int(interval is None or (i + 1) % interval != 0) for i in range(layers)]
+    rotary = get(hf, "no_rope_layers", default=derived)
+    if not isinstance(rotary, list) or len(rotary) != layers or not set(rotary) <= {0, 1}:
+        raise ModelImportError(f"config.json no_rope_layers={rotary!r} must hold 0 or 1 per layer ({layers})")
+    window = get(hf, "sliding_window", default=None) if get(hf, "use_sliding_window", default=False) else None
     types = get(hf, "layer_types", default=None)
     if types is None:
-        if row.per_layer and get(hf, "use_sliding_window", default=False):
-            raise ModelImportError(
-                "config.json use_sliding_window=true without layer_types: re-save the config with "
-                "transformers 5, which lists the sliding layers"
-            )
-        return ["full_attention"] * layers
-    kinds = ("full_attention", "sliding_attention") if row.per_layer else ("full_attention",)
+        sliding = [window is not None and row.sliding_layers(hf, i, bool(rotary[i])) for i in range(layers)]
+        types = ["sliding_attention" if slides else "full_attention" for slides in sliding]
+    kinds = ("full_attention", "sliding_attention")
     if not isinstance(types, list) or len(types) != layers or not set(types) <= set(kinds):
         raise ModelImportError(
-            f"config.json layer_types={types!r}: {row.model_type} imports one of {kinds} per layer ({layers})"
+            f"config.json layer_types={types!r} must name one of {kinds} per layer ({layers})"
         )
-    return types
-
-
-def _layers(row: Row, hf: dict[str, Any], block: BlockOptions, types: list[str]) -> tuple[BlockOptions, ...]:
-    """One BlockOptions per layer: a window on the sliding layers, no rotary on the NoPE ones."""
-    window = get(hf, "sliding_window", default=None)
-    if window is None and "sliding_attention" in types:
-        raise ModelImportError("config.json layer_types has sliding_attention layers but no sliding_window")
-    interval = get(hf, "no_rope_layer_interval", default=None)
-    derived = [int(interval is None or (i + 1) % interval != 0) for i in range(len(types))]
-    rotary = get(hf, "no_rope_layers", default=derived)
-    if not isinstance(rotary, list) or len(rotary) != len(types) or not set(rotary) <= {0, 1}:
-        raise ModelImportError(f"config.json no_rope_layers={rotary!r} must hold 0 or 1 per layer")
-    return tuple(
+    each = tuple(
         dataclasses.replace(
             block,
             attention=dataclasses.replace(
@@ -188,6 +187,7 @@ def _layers(row: Row, hf: dict[str, Any], block: BlockOptions, types: list[str])
         )
         for kind, uses in zip(types, rotary, strict=True)
     )
+    return () if set(each) == {block} else each  # () when every layer is the block
 
 
 def _has_bias(ours: GPTConfig, name: str) -> bool:
