@@ -58,6 +58,19 @@ def model_exports(
     return {family: root / family for family in tiny_checkpoints}
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """For modules of tiny models (`pytestmark = pytest.mark.usefixtures("one_torch_thread")`): they gain
+    nothing from intra-op threads, and on a shared 2-core machine the threads' spinning made such a module
+    3-4x slower."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 # ---- Hugging Face model folders (tests/hf_models.py), built once per session -------------------------
 # Tiny random-weight transformers models saved with save_pretrained: the checkpoints the import, parity
 # and export tests read. Tests must not modify these folders (copy one to tamper with it).

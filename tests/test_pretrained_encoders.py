@@ -40,6 +40,7 @@ from onnxformer.runtime.folder import ExportFolder
 from onnxformer.runtime.goldens import run_end_to_end, run_graph_goldens
 
 transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 ROOT = Path(__file__).resolve().parents[1]
 NODE_HOST = ROOT / "hosts" / "node"
@@ -80,15 +81,6 @@ def exports(folders: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) 
     for name, options in EXPORTS.items():
         export_checkpoint(folders[name], root / name, **options)
     return {name: root / name for name in EXPORTS}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models gain nothing from intra-op threads on a shared 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module", autouse=True)

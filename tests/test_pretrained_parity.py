@@ -32,6 +32,7 @@ from onnxformer.builder.pretrained import from_pretrained
 from onnxformer.runtime.errors import ModelImportError
 
 transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 TOLERANCE = 1e-4
 LENGTHS = (1, 7, 64)  # the tiny models have max_position_embeddings 80
@@ -89,16 +90,6 @@ def check(request: pytest.FixtureRequest, model: str, case: str, diffs: dict[str
     print(f"\n{model:10s} {case:24s} " + "  ".join(f"{k}={v:.2e}" for k, v in diffs.items()))
     bad = {k: v for k, v in diffs.items() if not v <= TOLERANCE}
     assert not bad, f"{model} {case}: max abs diff above {TOLERANCE}: {bad}"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a shared 2-core machine the threads' spinning
-    made this module 3-4x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module", autouse=True)
