@@ -8,6 +8,7 @@ from onnxformer.cli.attention import attention_command
 from onnxformer.cli.batch import batch_command
 from onnxformer.cli.bench import bench_command
 from onnxformer.cli.blocks import export_blocks_command
+from onnxformer.cli.chat import chat_command
 from onnxformer.cli.demo import demo_command
 from onnxformer.cli.encode import encode_command
 from onnxformer.cli.export import export_command
@@ -57,6 +58,7 @@ app.command("optimize")(optimize_command)
 app.command("verify")(verify_command)
 app.command("inspect")(inspect_command)
 app.command("generate")(generate_command)
+app.command("chat")(chat_command)
 app.command("encode")(encode_command)
 app.command("seq2seq")(seq2seq_command)
 app.command("attention")(attention_command)

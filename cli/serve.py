@@ -28,18 +28,54 @@ def serve_command(
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Largest max_new_tokens.")] = 256,
     max_body_bytes: Annotated[int, typer.Option("--max-body-bytes", help="Largest request body.")] = 1 << 20,
     threads: Annotated[int | None, typer.Option(help="ONNX Runtime threads per server/replica.")] = None,
+    model_name: Annotated[
+        str | None,
+        typer.Option("--model-name", help='The OpenAI "model" name (default: the folder\'s name).'),
+    ] = None,
+    chat_template: Annotated[
+        Path | None,
+        typer.Option("--chat-template", help="A Jinja chat template file, for an export without one."),
+    ] = None,
+    max_batch: Annotated[int, typer.Option("--max-batch", help="Most texts or prompts per batch.")] = 32,
+    batch_wait_ms: Annotated[
+        float, typer.Option("--batch-wait-ms", help="How long a batch waits for more requests.")
+    ] = 2.0,
+    max_queue: Annotated[
+        int, typer.Option("--max-queue", help="Requests that may wait; more are refused with 503.")
+    ] = 256,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds a request may take (else 504).")
+    ] = 300.0,
+    workers: Annotated[int, typer.Option("--batch-workers", help="Batches run at once.")] = 1,
+    batching: Annotated[
+        bool, typer.Option("--batching/--no-batching", help="Run concurrent requests as batches.")
+    ] = True,
 ) -> None:
-    """Serve the export over HTTP/JSON: GET /health and /info, and POST /embed (BERT), /generate (GPT,
-    with `"stream": true` for server-sent events) or /seq2seq (T5). uvicorn on this machine by default
-    (`pip install "onnxformer[serve]"`), or the same application on Ray Serve with --ray
-    (`pip install "onnxformer[ray]"`). Requests are checked and bounded; errors are JSON naming the field."""
+    """Serve the export over HTTP: the OpenAI API (/v1/models, /v1/embeddings, /v1/completions,
+    /v1/chat/completions), our own routes (POST /embed, /generate or /seq2seq; GET /health, /info) and
+    GET /metrics (Prometheus). Concurrent requests run in batches; a full queue answers 503. uvicorn on
+    this machine by default (`pip install "onnxformer[serve]"`); SIGTERM drains the requests in flight. Or
+    the same application on Ray Serve with --ray (`pip install "onnxformer[ray]"`)."""
     with user_errors(ctx):
-        from onnxformer.runtime.serving.app import Limits, check_port, serve_local
+        from onnxformer.runtime.serving.app import Limits, ServerOptions, check_port, serve_local
+        from onnxformer.runtime.serving.scheduler import BatchSettings
 
         check_port(port)  # before the model loads, and before the --ray line below names the port
-        limits = Limits(max_body_bytes=max_body_bytes, max_texts=max_texts, max_new_tokens=max_new_tokens)
+        options = ServerOptions(
+            limits=Limits(max_body_bytes=max_body_bytes, max_texts=max_texts, max_new_tokens=max_new_tokens),
+            batching=BatchSettings(
+                max_batch=max_batch,
+                max_wait_ms=batch_wait_ms,
+                max_queue=max_queue,
+                timeout_s=timeout,
+                workers=workers,
+                batching=batching,
+            ),
+            model_name=model_name or folder.resolve().name,
+            chat_template=read_template(chat_template),
+        )
         if ray is None:
-            serve_local(folder, host=host, port=port, limits=limits, threads=threads)
+            serve_local(folder, host=host, port=port, options=options, threads=threads)
             return
         from onnxformer.runtime.serving.ray_serve import serve_on_ray
 
@@ -47,10 +83,22 @@ def serve_command(
             f"serving {folder} on Ray Serve at http://{host}:{port} ({replicas} replicas); Ctrl-C stops"
         )
         try:
-            serve_on_ray(folder, address=ray, host=host, port=port, replicas=replicas, limits=limits,
+            serve_on_ray(folder, address=ray, host=host, port=port, replicas=replicas, options=options,
                          threads=threads or 1)  # fmt: skip
         except KeyboardInterrupt:
             console.print("stopped")
+
+
+def read_template(path: Path | None) -> str | None:
+    """The text of a --chat-template file."""
+    if path is None:
+        return None
+    from onnxformer.runtime.errors import ConfigError
+
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"--chat-template {path}: cannot read it as UTF-8 text ({error})") from None
 
 
 def triton_command(

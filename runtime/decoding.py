@@ -238,12 +238,13 @@ def decode_steps(
     cache: CacheT,  # the empty cache, past length 0
     *,
     collector: Collector,
-    sampling: SamplingConfig,
+    sampling: SamplingConfig | Sequence[SamplingConfig],  # one for every row, or one per row
     pad_id: int,
-    stops_at: Callable[[list[int]], bool] | None = None,
+    stops_at: Callable[[int, list[int]], bool] | None = None,
 ) -> Iterator[Step]:
     """Run the loop, yielding after each step; `collector` holds the tokens so far and, at the end, the
-    result. `stops_at(tokens)` closes a row with reason "stop" (stop strings); checked for rows that grew."""
+    result. `stops_at(row, tokens)` closes a row with reason "stop" (stop strings); checked for rows that
+    grew. A row the caller closes between steps (`collector.close`) takes no more tokens."""
     sampler = Sampler(sampling, len(ids))
     while not collector.done:
         logits, cache = step(ids, mask, cache)  # (B, V)
@@ -251,7 +252,7 @@ def decode_steps(
         grew = collector.add(chosen)
         if stops_at is not None:
             for row in grew:
-                if stops_at(collector.tokens[row]):
+                if stops_at(row, collector.tokens[row]):
                     collector.close(row, "stop")
         yield Step(logits, chosen)
         still_open = collector.open_rows()  # (B,)

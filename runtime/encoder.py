@@ -82,6 +82,15 @@ class TextEncoder(ExportModel):
             vectors = vectors / np.maximum(norms, 1e-12)  # (N, D)
         return vectors[0] if single else vectors
 
+    def frame_texts(self, texts: list[str], *, truncate: bool = True) -> list[list[int]]:
+        """The ids each text is read as (framing included, cut or refused as `embed` does): with
+        `embed_ids`, how a server checks each request alone and then embeds many requests as one batch."""
+        return self._frame(texts, truncate=truncate)
+
+    def embed_ids(self, rows: list[list[int]], *, batch_size: int = 32) -> np.ndarray:
+        """Sentence embeddings (N, D) of framed rows (from `frame_texts`), as `embed` gives them."""
+        return self._run(rows, "sentence_embedding", batch_size)
+
     def similarity(self, a: str, b: str, *, truncate: bool = True) -> float:
         """Cosine similarity of the two texts' embeddings, in [-1, 1]."""
         first, second = self.embed([a, b], truncate=truncate)  # (D,) each

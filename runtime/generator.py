@@ -35,13 +35,62 @@ from onnxformer.runtime.tokenizer import REPLACEMENT
 
 @dataclass(frozen=True)
 class _Request:
-    """One call's checked prompts and options; built before anything runs."""
+    """One call's checked prompts and their options, row by row; built before anything runs."""
 
     rows: list[list[int]]  # framed prompts
-    max_new_tokens: int
-    sampling: SamplingConfig
-    stop_tokens: frozenset[int]
-    stop: tuple[str, ...]  # stop strings
+    max_new_tokens: list[int]
+    sampling: list[SamplingConfig]
+    stop: list[tuple[str, ...]]  # stop strings
+    stop_tokens: frozenset[int]  # one set for the whole batch
+
+
+@dataclass(frozen=True)
+class Update:
+    """One row's news after a step of `TextGenerator.follow`."""
+
+    text: str  # text that became final at this step ("" when nothing did)
+    tokens: int  # tokens generated so far (a stop token is not counted)
+    finish_reason: str | None  # on the row's last update: "stop", "length" or "cancelled"; else None
+
+
+class Following:
+    """A batch of generations run step by step (`TextGenerator.follow`): iterating gives, after each
+    step, {row: Update} for the rows with news; `cancel(row)` ends a row before the next step (a client
+    that went away), from any thread. The rows decode together, each with its own options."""
+
+    def __init__(self, generator: "TextGenerator", request: _Request) -> None:
+        self._generator, self._request = generator, request
+        self._cancelled: set[int] = set()
+        self.prompt_tokens = [len(row) for row in request.rows]
+
+    def cancel(self, row: int) -> None:
+        self._cancelled.add(row)
+
+    def __iter__(self) -> Iterator[dict[int, Update]]:
+        request, decode = self._request, self._generator.tokenizer.decode
+        collector = Collector(self._generator._budgets(request), request.stop_tokens)
+        emitted = [0] * len(request.rows)
+        ended: set[int] = set()
+        for _ in self._generator._loop(request, collector):
+            for row in self._cancelled - ended:
+                if collector.reasons[row] is None:
+                    collector.close(row, "cancelled")
+            updates = {}
+            for row, reason in enumerate(collector.reasons):
+                if row in ended:
+                    continue
+                text = decode(collector.tokens[row])
+                end = len(_cut(text, request.stop[row]))
+                if reason is None:
+                    end = min(end, _final_end(text, request.stop[row]))
+                piece = text[emitted[row] : end] if end > emitted[row] else ""
+                if piece or reason is not None:
+                    emitted[row] = max(emitted[row], end)
+                    updates[row] = Update(piece, len(collector.tokens[row]), reason)
+                if reason is not None:
+                    ended.add(row)
+            if updates:
+                yield updates
 
 
 class TextGenerator(ExportModel):
@@ -82,7 +131,10 @@ class TextGenerator(ExportModel):
         single = isinstance(prompt, str)
         checked = self._options(options, overrides, text=True)
         request = self._request(self._frame([prompt] if isinstance(prompt, str) else prompt), checked)
-        texts = [_cut(self.tokenizer.decode(result.tokens), request.stop) for result in self._run(request)]
+        results = self._run(request)
+        texts = [
+            _cut(self.tokenizer.decode(r.tokens), stop) for r, stop in zip(results, request.stop, strict=True)
+        ]
         return texts[0] if single else texts
 
     def generate_ids(
@@ -114,6 +166,32 @@ class TextGenerator(ExportModel):
         request = self._request(self._frame([prompt]), checked)
         return self._stream(request)  # checked now; runs as the caller iterates
 
+    def follow(
+        self, prompts: Sequence[Sequence[int]], options: GenerationOptions | Sequence[GenerationOptions]
+    ) -> Following:
+        """Generate from framed token ids (what `frame` or `frame_chat` give) with text out, step by step:
+        see `Following`. `options` is one value for every prompt or one per prompt (each with its own
+        max_new_tokens, sampling and stop strings; the stop tokens must be shared). Checked now."""
+        per_row = [options] if isinstance(options, GenerationOptions) else list(options)
+        checked = [self._options(row, {}, text=True) for row in per_row]
+        return Following(
+            self, self._request(prompts, checked[0] if isinstance(options, GenerationOptions) else checked)
+        )
+
+    def frame_chat(self, text: str) -> list[int]:
+        """The ids of a rendered chat (`onnxformer.runtime.chat`): its tokens as they are, since the
+        template writes the framing (the <bos> and role markers) itself; refused past the context."""
+        row = self.tokenizer.encode(text, limit=self.max_len)
+        if len(row) > self.max_len:
+            raise InputError(
+                f"the conversation is {len(row)} tokens, but the model reads at most {self.max_len}; "
+                "drop earlier messages",
+                field="messages",
+            )
+        if not row:
+            raise InputError("the conversation renders to no tokens; send a message", field="messages")
+        return row
+
     # The loop.
 
     def _step(
@@ -135,13 +213,18 @@ class TextGenerator(ExportModel):
         return self._cache.bind(self._decoder, len(ids), length, self._outputs[:1])
 
     def _budgets(self, request: _Request) -> list[int]:
-        return prompt_budgets([len(row) for row in request.rows], request.max_new_tokens, self.max_len)
+        return [
+            prompt_budgets([len(row)], max_new_tokens, self.max_len)[0]
+            for row, max_new_tokens in zip(request.rows, request.max_new_tokens, strict=True)
+        ]
 
     def _loop(self, request: _Request, collector: Collector) -> Iterator[Step]:
         ids, mask = left_pad(request.rows, self.tokenizer.special_tokens["pad"])  # (B, T)
 
-        def stops_at(tokens: list[int]) -> bool:
-            return _find_stop(self.tokenizer.decode(tokens), request.stop) >= 0
+        def stops_at(row: int, tokens: list[int]) -> bool:
+            return (
+                bool(request.stop[row]) and _find_stop(self.tokenizer.decode(tokens), request.stop[row]) >= 0
+            )
 
         return decode_steps(
             self._step,
@@ -151,7 +234,7 @@ class TextGenerator(ExportModel):
             collector=collector,
             sampling=request.sampling,
             pad_id=self.tokenizer.special_tokens["pad"],
-            stops_at=stops_at if request.stop else None,
+            stops_at=stops_at if any(request.stop) else None,
         )
 
     def _run(self, request: _Request) -> list[Generation]:
@@ -161,16 +244,9 @@ class TextGenerator(ExportModel):
         return collector.result()
 
     def _stream(self, request: _Request) -> Iterator[str]:
-        collector = Collector(self._budgets(request), request.stop_tokens)
-        emitted = 0
-        for _ in self._loop(request, collector):
-            text = self.tokenizer.decode(collector.tokens[0])
-            end = len(_cut(text, request.stop))
-            if not collector.done:
-                end = min(end, _final_end(text, request.stop))
-            if end > emitted:
-                yield text[emitted:end]
-                emitted = end
+        for updates in Following(self, request):
+            if 0 in updates and updates[0].text:
+                yield updates[0].text
 
     # Checking inputs.
 
@@ -192,17 +268,27 @@ class TextGenerator(ExportModel):
             )
         return checked
 
-    def _request(self, prompts: Sequence[Sequence[int]], options: GenerationOptions) -> _Request:
+    def _request(
+        self, prompts: Sequence[Sequence[int]], options: GenerationOptions | Sequence[GenerationOptions]
+    ) -> _Request:
+        """The checked rows with their options: one value for every row, or one per row."""
         rows = check_token_rows(prompts, vocab_size=self.vocab_size, limit=self.max_len, what="prompt")
-        resolved = options.resolve(self.defaults)
-        # `resolve` sets both from the manifest's generation defaults when the call leaves them unset.
-        assert resolved.max_new_tokens is not None and resolved.stop_tokens is not None
+        per_row = [options] * len(rows) if isinstance(options, GenerationOptions) else list(options)
+        if len(per_row) != len(rows):
+            raise InputError(f"{len(per_row)} options for {len(rows)} prompts; give one per prompt")
+        resolved = [row.resolve(self.defaults) for row in per_row]
+        stop_tokens = {
+            check_stop_tokens(row.stop_tokens or (), vocab_size=self.vocab_size) for row in resolved
+        }
+        if len(stop_tokens) > 1:
+            raise InputError("the prompts of one batch must share their stop tokens", field="stop_tokens")
+        # `resolve` sets max_new_tokens and stop_tokens from the manifest's generation defaults when unset.
         return _Request(
             rows=rows,
-            max_new_tokens=resolved.max_new_tokens,
-            sampling=resolved.sampling(),
-            stop_tokens=check_stop_tokens(resolved.stop_tokens, vocab_size=self.vocab_size),
-            stop=resolved.stop or (),
+            max_new_tokens=[row.max_new_tokens or 0 for row in resolved],
+            sampling=[row.sampling() for row in resolved],
+            stop=[row.stop or () for row in resolved],
+            stop_tokens=stop_tokens.pop(),
         )
 
 

@@ -7,6 +7,7 @@ two tokens' cumulative probabilities (vanishingly rare; greedy decoding has no s
 ties).
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,12 +51,15 @@ class SamplingConfig:
 
 
 class Sampler:
-    """One generator per batch row, each seeded with the same seed: a row of a batch draws exactly the
-    numbers it would draw alone, so batched sampling equals one-by-one sampling."""
+    """One generator per batch row, each seeded with its row's seed: a row of a batch draws exactly the
+    numbers it would draw alone, so batched sampling equals one-by-one sampling. One config serves every
+    row; a sequence gives each row its own (the server batches requests that sample differently)."""
 
-    def __init__(self, config: SamplingConfig, batch: int) -> None:
-        self.config = config
-        self.rngs = [np.random.default_rng(config.seed) for _ in range(batch)]
+    def __init__(self, config: SamplingConfig | Sequence[SamplingConfig], batch: int) -> None:
+        self.configs = [config] * batch if isinstance(config, SamplingConfig) else list(config)
+        if len(self.configs) != batch:
+            raise InputError(f"{len(self.configs)} sampling configs for a batch of {batch}; give one per row")
+        self.rngs = [np.random.default_rng(row.seed) for row in self.configs]
 
     def __call__(self, logits: np.ndarray) -> npt.NDArray[np.int64]:
         """logits (B, V) -> token ids (B,) int64."""
@@ -63,30 +67,30 @@ class Sampler:
             raise InputError(
                 f"logits must have shape (B={len(self.rngs)}, V) for this sampler, got {logits.shape}"
             )
-        if self.config.greedy:
-            chosen: npt.NDArray[np.int64] = np.argmax(logits, axis=-1).astype(np.int64)
-            return chosen
-        return np.array(
-            [self._sample_row(row, rng) for row, rng in zip(logits, self.rngs, strict=True)], dtype=np.int64
-        )
+        chosen: npt.NDArray[np.int64] = np.argmax(logits, axis=-1).astype(np.int64)  # (B,)
+        for row, config in enumerate(self.configs):
+            if not config.greedy:
+                chosen[row] = self._sample_row(logits[row], self.rngs[row], config)
+        return chosen
 
-    def _sample_row(self, logits: np.ndarray, rng: np.random.Generator) -> int:
+    @staticmethod
+    def _sample_row(logits: np.ndarray, rng: np.random.Generator, config: SamplingConfig) -> int:
         logits = logits.astype(np.float64)
         with np.errstate(over="ignore"):
-            scaled = logits / self.config.temperature  # (V,)
+            scaled = logits / config.temperature  # (V,)
             if (np.isinf(scaled) & np.isfinite(logits)).any():
                 # A tiny temperature (say 1e-310) overflows; shifting by the maximum first keeps the
                 # largest logit at 0 and sends the rest to -inf: the greedy limit such a temperature nears.
-                scaled = (logits - logits.max()) / self.config.temperature  # (V,)
+                scaled = (logits - logits.max()) / config.temperature  # (V,)
         order = np.argsort(-scaled, kind="stable")  # most likely first; ties keep the lower id first
         ranked = scaled[order]
-        if self.config.top_k:
-            ranked = ranked[: self.config.top_k]
+        if config.top_k:
+            ranked = ranked[: config.top_k]
         probs = np.exp(ranked - ranked[0])
         probs /= probs.sum()
-        if self.config.top_p < 1:
+        if config.top_p < 1:
             cumulative = np.cumsum(probs)
-            keep = int(np.searchsorted(cumulative, self.config.top_p)) + 1  # reach p, then stop
+            keep = int(np.searchsorted(cumulative, config.top_p)) + 1  # reach p, then stop
             probs = probs[:keep] / probs[:keep].sum()
         cumulative = np.cumsum(probs)
         choice = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))

@@ -119,6 +119,7 @@ def pretrained_source(folder: str | os.PathLike) -> ExportSource:
         extra["source"]["sentence_transformers"] = True
     if imported.chat_template is not None:
         extra["chat_template"] = imported.chat_template  # rendered by the serving issue's chat routes
+        extra["chat_tokens"] = imported.chat_tokens  # the bos_token, eos_token... it reads (runtime/chat.py)
     return ExportSource(
         imported.family,
         imported.model,

@@ -37,7 +37,7 @@ from onnxformer.builder.pretrained.generation import generation_settings
 from onnxformer.builder.pretrained.mapping import load_mapped
 from onnxformer.builder.pretrained.options import Architecture, ConfigJson, check_accounted, refuse_common
 from onnxformer.builder.pretrained.sentence import max_seq_length, sentence_weights
-from onnxformer.builder.pretrained.tokenizer import chat_template, load_pretrained_tokenizer
+from onnxformer.builder.pretrained.tokenizer import chat_template, chat_tokens, load_pretrained_tokenizer
 from onnxformer.runtime.errors import ModelImportError
 from onnxformer.runtime.manifest import Framing
 
@@ -78,6 +78,8 @@ class Pretrained:
     # GenerationDefaults fields as transformers' generate would decode (generation_config.json, config.json)
     generation: dict[str, Any] = field(default_factory=dict)
     chat_template: str | None = None  # the folder's Jinja chat template (tokenizer_config.json), kept as is
+    # the special-token strings the template reads by name ({"bos_token": "<s>", ...}), transformers' own
+    chat_tokens: dict[str, str] = field(default_factory=dict)
 
     @property
     def config(self) -> Any:
@@ -155,7 +157,16 @@ def from_pretrained(path: str | os.PathLike) -> Pretrained:
         logger.info("texts are cut to %d tokens, the folder's max_seq_length", limit)
     generation = generation_settings(folder, hf, vocab_size=config.vocab_size)
     return Pretrained(
-        family, name, model.eval(), tokenizer, special, framing, sentence, generation, chat_template(folder)
+        family,
+        name,
+        model.eval(),
+        tokenizer,
+        special,
+        framing,
+        sentence,
+        generation,
+        chat_template(folder),
+        chat_tokens(folder),
     )
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from onnxformer.builder.pretrained.folder import read_json
+from onnxformer.runtime.chat import template_tokens
 from onnxformer.runtime.errors import ModelImportError
 from onnxformer.runtime.manifest import Framing
 
@@ -127,6 +128,19 @@ def chat_template(folder: Path) -> str | None:
             f"tokenizer_config.json chat_template must be a string, got {type(template).__name__}"
         )
     return template
+
+
+def chat_tokens(folder: Path) -> dict[str, str]:
+    """The special-token strings the folder's chat template sees ({"bos_token": "<s>", ...}): what
+    transformers' `AutoTokenizer.from_pretrained(folder).special_tokens_map` gives it, from
+    tokenizer_config.json and a legacy special_tokens_map.json (`template_tokens` says which wins)."""
+    files = {}
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        if (folder / name).is_file():
+            files[name] = read_json(folder / name, what="the tokenizer's special tokens")
+    return template_tokens(
+        files.get("tokenizer_config.json", {}), special_tokens_map=files.get("special_tokens_map.json")
+    )
 
 
 def _token_text(value: Any) -> str | None:

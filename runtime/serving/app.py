@@ -8,169 +8,50 @@ machine (`serve_local`) or, unchanged, by Ray Serve replicas (`onnxformer.runtim
                                                                     -> {"generations": [...]}
                                {"texts": ["one"], "stream": true}   -> server-sent events, one per piece
     POST /seq2seq              {"texts": [...], "num_beams": 3}     -> {"outputs": [...]}
+    GET  /metrics              Prometheus text format (`metrics.py`)
+    /v1/models, /v1/embeddings, /v1/completions, /v1/chat/completions: the OpenAI API (`openai_api.py`)
 
 An export serves the one task of its class (`tasks.TASKS`); the other task endpoints answer 404 naming the
 right one. The fields besides "texts" (and "stream") are the `GenerationOptions` fields of the task, with
 their types and ranges. Every request is checked before the model runs: the body's size, JSON, known
 fields of the right types, the number of texts and max_new_tokens within `Limits`; a failure is a 4xx
 whose JSON names the field: {"error": {"field": "texts", "message": "..."}}. The runtime's own refusals
-(InputError) carry the field they are about, which the answer reports. The model runs in a worker thread
-(the runtime is thread-safe and keeps no per-call state), so concurrent requests give what sequential
-ones give.
+(InputError) carry the field they are about, which the answer reports. Checked requests go to the
+engine (`engine.py`), whose worker threads run concurrent requests as batches (`scheduler.py`): a full
+queue answers 503 with Retry-After, a request past its time limit 504, and a client that disconnects
+cancels its work.
 """
 
+import asyncio
 import contextlib
 import json
 import logging
-import math
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import asdict, dataclass, is_dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterator
+from dataclasses import asdict, dataclass, field, is_dataclass, replace
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from onnxformer.runtime.errors import ConfigError, InputError, OnnxformerError
-from onnxformer.runtime.generation_options import DEFAULTS, KINDS, OPTIONS, GenerationOptions
-from onnxformer.runtime.serving.tasks import Model, Task, require, task_for
+from onnxformer.runtime.encoder import TextEncoder
+from onnxformer.runtime.errors import InputError, OnnxformerError
+from onnxformer.runtime.generation_options import DEFAULTS, OPTIONS, GenerationOptions
+from onnxformer.runtime.generator import TextGenerator, Update
+from onnxformer.runtime.seq2seq import TextToText
+from onnxformer.runtime.serving.checks import Limits, RequestError, check_port, parse_request
+from onnxformer.runtime.serving.engine import Engine, TimedOut
+from onnxformer.runtime.serving.metrics import Measured, Metrics
+from onnxformer.runtime.serving.openai_api import error_body
+from onnxformer.runtime.serving.scheduler import BatchSettings, Overloaded
+from onnxformer.runtime.serving.tasks import Model, require, task_for
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
-
-@dataclass(frozen=True)
-class Limits:
-    """Bounds on one request, so that no request can take unbounded memory or time."""
-
-    max_body_bytes: int = 1 << 20  # 1 MiB
-    max_texts: int = 64  # texts per request
-    max_text_chars: int = 4096  # characters per text (the model's context is checked after tokenizing)
-    max_new_tokens: int = 256
-    max_beams: int = 8
-
-
-def check_port(port: object) -> int:
-    """A TCP port to listen on, 1 .. 65535 (a bigger number would wrap around to another port)."""
-    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-        raise ConfigError(
-            f"port must be an integer from 1 to 65535, got {port!r}; choose a free port, e.g. 8000"
-        )
-    return port
-
-
-class RequestError(Exception):
-    """A request the server refuses: its HTTP status, the field at fault (None: the whole body)."""
-
-    def __init__(self, status: int, field: str | None, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.field = field
-        self.message = message
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"field": self.field, "message": self.message}}
-
-
-def _server_bounds(limits: Limits) -> dict[str, tuple[float, float]]:
-    """Bounds the server sets on top of the options' own ranges: what one request may cost, and seeds
-    that fit an int64."""
-    return {
-        "max_new_tokens": (1, limits.max_new_tokens),
-        "num_beams": (1, limits.max_beams),
-        "seed": (0, 2**63 - 1),
-    }
-
-
-def parse_request(body: bytes, task: Task, limits: Limits) -> tuple[list[str], GenerationOptions, bool]:
-    """The texts, options and stream flag of a request body, or a RequestError naming what is wrong."""
-    if len(body) > limits.max_body_bytes:
-        raise RequestError(413, None, f"the body is over {limits.max_body_bytes} bytes; send fewer texts")
-    try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise RequestError(400, None, f"the body is not JSON ({error}); send a JSON object") from None
-    if not isinstance(data, dict):
-        raise RequestError(400, None, 'the body must be a JSON object such as {"texts": ["..."]}')
-    allowed = {"texts", *task.options, *(("stream",) if task.stream else ())}
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        name = unknown[0]
-        why = f": not an option of {task.name} ({OPTIONS[name].why_not})" if name in OPTIONS else ""
-        raise RequestError(422, name, f"unknown field {name!r}{why}; /{task.name} takes {sorted(allowed)}")
-    if "texts" not in data:
-        raise RequestError(422, "texts", 'missing; send {"texts": ["..."]}')
-    texts = _strings("texts", data["texts"], limits, at_least_one=True)
-    bounds = _server_bounds(limits)
-    options = {}
-    for name in sorted(set(data) & set(task.options)):
-        if data[name] is not None:  # null: the default
-            options[name] = _option(name, data[name], limits, bounds)
-    stream = data.get("stream", False)
-    if not isinstance(stream, bool):
-        raise RequestError(422, "stream", f"must be true or false, got {stream!r}")
-    if stream and len(texts) != 1:
-        raise RequestError(422, "texts", f"streaming takes exactly one text, got {len(texts)}")
-    try:
-        return texts, GenerationOptions(**options), stream
-    except InputError as error:  # a value outside its range (top_p 0), or options that do not go together
-        raise RequestError(422, error.field, str(error)) from None
-
-
-def _option(name: str, value: Any, limits: Limits, bounds: dict[str, tuple[float, float]]) -> Any:
-    """One option's JSON value as its GenerationOptions field takes it, or a RequestError."""
-    kind, _ = KINDS[name]
-    if kind == "strings":
-        return tuple(_strings(name, value, limits, at_least_one=False))
-    if kind == "ints":
-        items = _list(name, value, limits)
-        for index, item in enumerate(items):
-            if isinstance(item, bool) or not isinstance(item, int):
-                raise RequestError(422, f"{name}[{index}]", f"must be an integer, got {item!r}")
-        return tuple(items)
-    if kind == "bool":
-        if not isinstance(value, bool):
-            raise RequestError(422, name, f"must be true or false, got {value!r}")
-        return value
-    low, high = bounds.get(name, (OPTIONS[name].low, OPTIONS[name].high))
-    return _number(name, value, kind, low, high)
-
-
-def _list(name: str, value: Any, limits: Limits) -> list[Any]:
-    if not isinstance(value, list):
-        raise RequestError(422, name, f"must be a list, got {type(value).__name__}")
-    if len(value) > limits.max_texts:
-        raise RequestError(413, name, f"{len(value)} items; at most {limits.max_texts} per request")
-    return value
-
-
-def _strings(name: str, value: Any, limits: Limits, *, at_least_one: bool) -> list[str]:
-    if not isinstance(value, list):
-        raise RequestError(422, name, f"must be a list of strings, got {type(value).__name__}")
-    if at_least_one and not value:
-        raise RequestError(422, name, "give at least one text")
-    _list(name, value, limits)
-    for index, item in enumerate(value):
-        if not isinstance(item, str):
-            raise RequestError(422, f"{name}[{index}]", f"must be a string, got {type(item).__name__}")
-        if len(item) > limits.max_text_chars:
-            raise RequestError(
-                413, f"{name}[{index}]", f"{len(item)} characters; at most {limits.max_text_chars}"
-            )
-    return value
-
-
-def _number(name: str, value: Any, kind: str, low: float | None, high: float | None) -> int | float:
-    numeric = isinstance(value, int | float) and not isinstance(value, bool)
-    if kind == "int" and not (numeric and float(value).is_integer()):
-        raise RequestError(422, name, f"must be an integer, got {value!r}")
-    if not numeric or not math.isfinite(value):
-        raise RequestError(422, name, f"must be a number, got {value!r}")
-    if (low is not None and value < low) or (high is not None and value > high):
-        bounds = f"at least {low}" if high is None else f"at most {high}" if low is None else None
-        raise RequestError(422, name, f"must be {bounds or f'between {low} and {high}'}, got {value!r}")
-    return int(value) if kind == "int" else float(value)
+__all__ = ["Limits", "RequestError", "ServerOptions", "check_port", "create_app", "serve_local"]
 
 
 def model_info(model: Model, limits: Limits) -> dict[str, Any]:
@@ -202,41 +83,56 @@ def _plain(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
-def create_app(model: Model, *, limits: Limits | None = None) -> "Starlette":
-    """The ASGI application serving `model` (from `onnxformer.runtime.load`)."""
+@dataclass(frozen=True)
+class ServerOptions:
+    """What `create_app` serves besides the model: request bounds, batching, the OpenAI model name and a
+    chat template for an export that has none."""
+
+    limits: Limits = field(default_factory=Limits)
+    batching: BatchSettings = field(default_factory=BatchSettings)
+    model_name: str | None = None  # the OpenAI "model" (default: the export folder's name)
+    chat_template: str | None = None  # replaces the export's (manifest extra.chat_template)
+    metrics: bool = True  # GET /metrics (needs prometheus_client, in the serve extra)
+
+
+def create_app(
+    model: Model, *, limits: Limits | None = None, options: ServerOptions | None = None
+) -> "Starlette":
+    """The ASGI application serving `model` (from `onnxformer.runtime.load`): the task route, the OpenAI
+    routes and /metrics, with concurrent requests batched (`options.batching`)."""
     require("starlette", "serve")
     from starlette.applications import Starlette
-    from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
     from starlette.exceptions import HTTPException
     from starlette.requests import Request
     from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 
-    limits = limits or Limits()
+    from onnxformer.runtime.serving.openai_routes import OpenAIRoutes
+
+    options = options or ServerOptions()
+    if limits is not None:
+        options = replace(options, limits=limits)
+    limits = options.limits
     task = task_for(model)
+    metrics = Metrics() if options.metrics else None
+    engine = Engine(model, options.batching, metrics)
     info = model_info(model, limits)
+    openai = OpenAIRoutes(engine, options, info)
 
     def refuse(error: RequestError) -> JSONResponse:
-        return JSONResponse(error.body(), status_code=error.status)
-
-    async def read_body(request: Request) -> bytes:
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
-            raise RequestError(413, None, f"the body is over {limits.max_body_bytes} bytes; send fewer texts")
-        body = bytearray()
-        async for piece in request.stream():
-            body += piece
-            if len(body) > limits.max_body_bytes:
-                raise RequestError(
-                    413, None, f"the body is over {limits.max_body_bytes} bytes; send fewer texts"
-                )
-        return bytes(body)
+        return JSONResponse(error.body(), status_code=error.status, headers=error.headers())
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "task": task.name})
 
     async def describe(request: Request) -> Response:
         return JSONResponse(info)
+
+    async def exposition(request: Request) -> Response:
+        if metrics is None:
+            return refuse(RequestError(404, None, "metrics are off on this server"))
+        body, content_type = metrics.render()
+        return Response(body, media_type=content_type)
 
     async def run(request: Request) -> Response:
         name = request.url.path.strip("/")
@@ -245,20 +141,22 @@ def create_app(model: Model, *, limits: Limits | None = None) -> "Starlette":
                 RequestError(404, None, f"this server runs a {info['family']} export; POST /{task.name}")
             )
         try:
-            texts, options, stream = parse_request(await read_body(request), task, limits)
+            texts, generation, stream = parse_request(await read_body(request, limits), task, limits)
+            task.check(generation)
             if stream:
-                assert task.stream is not None  # parse_request takes "stream" only for a task that streams
-                pieces = await run_in_threadpool(task.stream, model, texts[0], options)  # checks first
-                return StreamingResponse(
-                    _events(iterate_in_threadpool(pieces)), media_type="text/event-stream"
-                )
-            values = await run_in_threadpool(task, model, texts, options)
+                assert isinstance(model, TextGenerator)  # parse_request takes "stream" for generation only
+                row = model.frame(texts[0], what="prompt")
+                updates = engine.updates(engine.start(row, generation))
+                return StreamingResponse(_events(updates), media_type="text/event-stream")
+            values = await until_disconnected(request, _run_task(engine, texts, generation))
         except RequestError as error:
             return refuse(error)
-        except InputError as error:
+        except (InputError, Overloaded, TimedOut) as error:
             # The runtime names the option or text at fault; an error naming neither is about the texts
             # (the tokenizer's length guard, which sees one text at a time).
-            return refuse(RequestError(422, error.field or "texts", str(error)))
+            return refuse(request_error(error, field="texts"))
+        except ClientGone:
+            return Response(status_code=499)
         except OnnxformerError as error:
             log.exception("inference failed")
             return JSONResponse({"error": {"field": None, "message": str(error)}}, status_code=500)
@@ -269,26 +167,118 @@ def create_app(model: Model, *, limits: Limits | None = None) -> "Starlette":
         status = getattr(error, "status_code", 500)
         detail = getattr(error, "detail", "error")
         if status == 404:
-            detail = f"no such endpoint {request.url.path}; the endpoints are /health, /info and /{task.name}"
+            detail = (
+                f"no such endpoint {request.url.path}; the endpoints are /health, /info, /metrics, "
+                f"/{task.name} and {', '.join(openai.paths)}"
+            )
+        if request.url.path.startswith("/v1/"):
+            return JSONResponse(error_body(RequestError(status, None, detail)), status_code=status)
         return JSONResponse({"error": {"field": None, "message": detail}}, status_code=status)
 
     routes = [
         Route("/health", health, methods=["GET"]),
         Route("/info", describe, methods=["GET"]),
+        Route("/metrics", exposition, methods=["GET"]),
         *(Route(f"/{name}", run, methods=["POST"]) for name in ("embed", "generate", "seq2seq")),
+        *openai.routes(),
     ]
-    return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        await asyncio.to_thread(engine.stop)  # the requests in flight are answered first (uvicorn drains)
+
+    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error}, lifespan=lifespan)
+    app.state.engine = engine
+    if metrics is None:
+        return app
+    paths = frozenset(route.path for route in routes)
+    return Measured(app, metrics, paths)  # type: ignore[return-value]  # an ASGI app like Starlette's
 
 
-async def _events(pieces: AsyncIterator[str]) -> AsyncIterator[bytes]:
+async def _run_task(engine: Engine, texts: list[str], generation: GenerationOptions) -> Any:
+    """The task route's answer: embeddings, or each text's generation (one job each, so they batch)."""
+    model = engine.model
+    if isinstance(model, TextEncoder):
+        return await engine.embed(model.frame_texts(texts, truncate=generation.truncate))
+    if isinstance(model, TextGenerator):
+        rows = model.frame_all(texts, what="prompt")
+        from onnxformer.runtime.serving.openai_routes import all_of
+
+        return await all_of([collect(engine, row, generation) for row in rows])
+    assert isinstance(model, TextToText)
+    model.frame_all(texts, what="text")  # each text checked alone, before it shares a batch
+    return await engine.transform(texts, generation)
+
+
+async def collect(engine: Engine, row: list[int], generation: GenerationOptions) -> str:
+    text = ""
+    async with contextlib.aclosing(engine.generate(row, generation)) as updates:
+        async for update in updates:
+            text += update.text
+    return text
+
+
+class ClientGone(Exception):
+    """The client closed its connection before the answer was ready."""
+
+
+async def until_disconnected(request: Any, work: Awaitable[T]) -> T:
+    """`work`'s result, or ClientGone (and `work` cancelled, which cancels its jobs) if the client
+    disconnects first."""
+    task = asyncio.ensure_future(work)
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        raise ClientGone
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+
+
+async def read_body(request: Any, limits: Limits) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
+        raise RequestError(413, None, f"the body is over {limits.max_body_bytes} bytes; send less")
+    body = bytearray()
+    async for piece in request.stream():
+        body += piece
+        if len(body) > limits.max_body_bytes:
+            raise RequestError(413, None, f"the body is over {limits.max_body_bytes} bytes; send less")
+    return bytes(body)
+
+
+def request_error(error: Exception, *, field: str | None) -> RequestError:
+    """The HTTP answer to an error from the engine: 503 (busy), 504 (too slow) or 422/400 (bad input)."""
+    if isinstance(error, Overloaded):
+        return RequestError(503, None, str(error), retry_after=error.retry_after)
+    if isinstance(error, TimedOut):
+        return RequestError(504, None, str(error))
+    return RequestError(422, getattr(error, "field", None) or field, str(error))
+
+
+async def _events(updates: AsyncGenerator[Update, None]) -> AsyncIterator[bytes]:
     """Server-sent events: one `data:` per piece, then `event: done` with the whole text (or `event:
-    error` if the model fails half way)."""
+    error` if the model fails half way, or the server is busy)."""
     text = ""
     try:
-        async for piece in pieces:
-            text += piece
-            yield _event("message", {"text": piece})
-    except OnnxformerError as error:
+        async with contextlib.aclosing(updates):
+            async for update in updates:
+                if update.text:
+                    text += update.text
+                    yield _event("message", {"text": update.text})
+    except (OnnxformerError, Overloaded) as error:
         yield _event("error", {"error": {"field": None, "message": str(error)}})
         return
     yield _event("done", {"text": text})
@@ -303,11 +293,13 @@ def serve_local(
     *,
     host: str = "127.0.0.1",
     port: int = 8000,
-    limits: Limits | None = None,
+    options: ServerOptions | None = None,
     threads: int | None = None,
     log_level: str = "info",
 ) -> None:
-    """Serve the folder with uvicorn until interrupted."""
+    """Serve the folder with uvicorn until interrupted. SIGTERM (or Ctrl-C) drains: the listening socket
+    closes at once, so new connections are refused, and the requests in flight are answered before the
+    process exits."""
     check_port(port)
     require("starlette", "serve")
     require("uvicorn", "serve")
@@ -315,8 +307,11 @@ def serve_local(
 
     from onnxformer.runtime.loader import load
 
-    app = create_app(load(folder, threads=threads), limits=limits)
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    options = options or ServerOptions()
+    if options.model_name is None:
+        options = replace(options, model_name=os.path.basename(os.path.abspath(folder)))
+    app = create_app(load(folder, threads=threads), options=options)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=None)
 
 
 @contextlib.contextmanager

@@ -3,10 +3,11 @@ folder once and builds the same ASGI app (`serve.ingress` with a late-bound app)
 endpoints, limits and errors of `onnxformer serve` with N replicas behind Ray's HTTP proxy."""
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from onnxformer.runtime.serving.app import Limits, check_port, create_app
+from onnxformer.runtime.serving.app import Limits, ServerOptions, check_port, create_app
 from onnxformer.runtime.serving.batch import connect
 from onnxformer.runtime.serving.tasks import require
 
@@ -16,13 +17,13 @@ APP_NAME = "onnxformer"
 class _Replica:
     """One Ray Serve replica: the folder is loaded when Serve builds the app on the replica."""
 
-    def __init__(self, folder: str, limits: Limits, threads: int | None) -> None:
-        self._folder, self._limits, self._threads = folder, limits, threads
+    def __init__(self, folder: str, options: ServerOptions, threads: int | None) -> None:
+        self._folder, self._options, self._threads = folder, options, threads
 
     def __serve_build_asgi_app__(self) -> Any:
         from onnxformer.runtime.loader import load
 
-        return create_app(load(self._folder, threads=self._threads), limits=self._limits)
+        return create_app(load(self._folder, threads=self._threads), options=self._options)
 
 
 def deployment(
@@ -30,6 +31,7 @@ def deployment(
     *,
     replicas: int = 1,
     limits: Limits | None = None,
+    options: ServerOptions | None = None,
     threads: int | None = 1,
 ) -> Any:
     """The bound Ray Serve application for `serve.run` (one CPU per replica)."""
@@ -39,7 +41,10 @@ def deployment(
     ingress = serve.ingress()(_Replica)
     # Ray's decorator form, `deployment(**options)(cls)`: its annotations type that one right.
     deploy = serve.deployment(name=APP_NAME, num_replicas=replicas, ray_actor_options={"num_cpus": 1})
-    return deploy(ingress).bind(str(Path(folder).resolve()), limits or Limits(), threads)
+    options = options or ServerOptions(model_name=Path(folder).resolve().name)
+    if limits is not None:
+        options = replace(options, limits=limits)
+    return deploy(ingress).bind(str(Path(folder).resolve()), options, threads)
 
 
 def serve_on_ray(
@@ -50,6 +55,7 @@ def serve_on_ray(
     port: int = 8000,
     replicas: int = 1,
     limits: Limits | None = None,
+    options: ServerOptions | None = None,
     threads: int | None = 1,
     blocking: bool = True,
 ) -> None:
@@ -60,7 +66,7 @@ def serve_on_ray(
     from ray import serve
 
     serve.start(http_options={"host": host, "port": port})
-    app = deployment(folder, replicas=replicas, limits=limits, threads=threads)
+    app = deployment(folder, replicas=replicas, limits=limits, options=options, threads=threads)
     serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
     if not blocking:
         return

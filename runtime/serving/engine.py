@@ -1,0 +1,134 @@
+"""The model behind the server: what a route asks of it (embed rows, generate from a prompt, transform
+texts), run through a `Batcher` so that concurrent requests share batches, within the queue's bounds and
+each request's time limit.
+
+Each request is checked alone before it is queued (its texts framed, its options checked), so one bad
+request never fails a batch it would have shared; a batch then only runs what has been checked.
+"""
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Hashable
+from typing import Any
+
+import numpy as np
+
+from onnxformer.runtime.encoder import TextEncoder
+from onnxformer.runtime.errors import OnnxformerError
+from onnxformer.runtime.generation_options import GenerationOptions
+from onnxformer.runtime.generator import TextGenerator, Update
+from onnxformer.runtime.seq2seq import TextToText
+from onnxformer.runtime.serving.scheduler import Batcher, BatchSettings, Job
+from onnxformer.runtime.serving.tasks import Model
+
+
+class TimedOut(OnnxformerError):
+    """A request ran past the server's per-request time limit (HTTP 504)."""
+
+
+class Engine:
+    """One loaded model and the batcher of its task."""
+
+    def __init__(self, model: Model, settings: BatchSettings | None = None, metrics: Any = None) -> None:
+        self.model = model
+        self.settings = settings or BatchSettings()
+        self._metrics = metrics
+        if isinstance(model, TextEncoder):
+            self.batcher = Batcher("embeddings", self._embed_batch, self.settings, metrics)
+        elif isinstance(model, TextGenerator):
+            self.batcher = Batcher("generations", self._generate_batch, self.settings, metrics)
+        else:
+            self.batcher = Batcher("seq2seq", self._seq2seq_batch, self.settings, metrics)
+
+    def stop(self) -> None:
+        self.batcher.stop()
+
+    # What the routes call (on the event loop).
+
+    async def embed(self, rows: list[list[int]]) -> np.ndarray:
+        """Embeddings (N, D) of framed rows (`TextEncoder.frame_texts`)."""
+        job = self.batcher.submit(None, len(rows), rows)
+        async with self._tracked(job):
+            value: np.ndarray = await self._next(job)
+            return value
+
+    def start(self, row: list[int], options: GenerationOptions) -> Job:
+        """Queue one generation from framed ids, checked alone first: raises now (InputError, Overloaded),
+        before a streamed answer has sent its first byte."""
+        assert isinstance(self.model, TextGenerator)
+        self.model.follow([row], options)  # checks the row and options (nothing runs until iterated)
+        return self.batcher.submit(options.stop_tokens, 1, (row, options))
+
+    async def updates(self, job: Job) -> AsyncGenerator[Update, None]:
+        """A started generation's updates, the last one with its finish_reason; leaving the loop early
+        (the client went away) ends the generation at its next step."""
+        async with self._tracked(job):
+            while True:
+                update: Update = await self._next(job)
+                yield update
+                if update.finish_reason is not None:
+                    return
+
+    def generate(self, row: list[int], options: GenerationOptions) -> AsyncGenerator[Update, None]:
+        return self.updates(self.start(row, options))
+
+    async def transform(self, texts: list[str], options: GenerationOptions) -> list[str]:
+        """A seq2seq export's outputs for texts (checked by the caller, `TextToText.frame_all`)."""
+        job = self.batcher.submit(options, len(texts), texts)
+        async with self._tracked(job):
+            outputs: list[str] = await self._next(job)
+            return outputs
+
+    @contextlib.asynccontextmanager
+    async def _tracked(self, job: Job) -> AsyncIterator[None]:
+        """Cancel the job however its handler ends early (an error, a timeout, a client gone)."""
+        try:
+            yield
+        finally:
+            self.batcher.cancel(job)  # a no-op for a job that ended
+
+    async def _next(self, job: Job) -> Any:
+        remaining = self.settings.timeout_s - (time.monotonic() - job.submitted)
+        try:
+            return await asyncio.wait_for(job.next(), max(remaining, 0))
+        except TimeoutError:
+            raise TimedOut(
+                f"the request took longer than the server's limit of {self.settings.timeout_s:g} s; "
+                "ask for less (fewer texts, fewer tokens) or retry when the server is less busy"
+            ) from None
+
+    # The batches (on a worker thread).
+
+    def _embed_batch(self, key: Hashable, jobs: list[Job]) -> None:
+        assert isinstance(self.model, TextEncoder)
+        rows = [row for job in jobs for row in job.payload]
+        vectors = self.model.embed_ids(rows, batch_size=len(rows))  # (N, D): one batch
+        start = 0
+        for job in jobs:
+            job.deliver(vectors[start : start + job.rows])
+            start += job.rows
+
+    def _generate_batch(self, key: Hashable, jobs: list[Job]) -> None:
+        assert isinstance(self.model, TextGenerator)
+        following = self.model.follow([job.payload[0] for job in jobs], [job.payload[1] for job in jobs])
+        started, tokens = time.perf_counter(), 0
+        for updates in following:
+            for index, job in enumerate(jobs):
+                if job.cancelled:
+                    following.cancel(index)
+            for index, update in updates.items():
+                if not jobs[index].cancelled:
+                    jobs[index].deliver(update)
+                if update.finish_reason is not None:
+                    tokens += update.tokens
+        if self._metrics is not None:
+            self._metrics.generated(tokens, time.perf_counter() - started)
+
+    def _seq2seq_batch(self, key: Hashable, jobs: list[Job]) -> None:
+        assert isinstance(self.model, TextToText) and isinstance(key, GenerationOptions)
+        outputs = self.model.generate([text for job in jobs for text in job.payload], key)
+        start = 0
+        for job in jobs:
+            job.deliver(outputs[start : start + job.rows])
+            start += job.rows
