@@ -9,7 +9,12 @@ need them, which say which extra to install when they are missing.
                  GenerationOptions fields of its task
     batch.py     the map_batches callable, the plain loop, the Ray Data run
     jsonl.py     reading JSONL input with line numbers, writing output atomically
-    app.py       the ASGI application (Starlette), its request checks and limits
+    app.py       the ASGI application (Starlette): the task routes, /health, /info, /metrics
+    checks.py    the task routes' request checks and limits
+    openai_api.py, openai_routes.py   the OpenAI API: request and answer shapes, handlers
+    engine.py    the model behind the routes, through the batcher; scheduler.py the batcher itself
+    http.py      what the routes share: bounded bodies, status codes, disconnects
+    metrics.py   Prometheus metrics
     ray_serve.py the same application deployed with Ray Serve
     triton.py    config.pbtxt model repositories for the encoder graphs
 """

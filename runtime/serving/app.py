@@ -29,7 +29,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -40,6 +40,7 @@ from onnxformer.runtime.generator import TextGenerator, Update
 from onnxformer.runtime.seq2seq import TextToText
 from onnxformer.runtime.serving.checks import Limits, RequestError, check_port, parse_request
 from onnxformer.runtime.serving.engine import Engine, TimedOut
+from onnxformer.runtime.serving.http import ClientGone, all_of, read_body, request_error, until_disconnected
 from onnxformer.runtime.serving.metrics import Measured, Metrics
 from onnxformer.runtime.serving.openai_api import error_body
 from onnxformer.runtime.serving.scheduler import BatchSettings, Overloaded
@@ -203,8 +204,6 @@ async def _run_task(engine: Engine, texts: list[str], generation: GenerationOpti
         return await engine.embed(model.frame_texts(texts, truncate=generation.truncate))
     if isinstance(model, TextGenerator):
         rows = model.frame_all(texts, what="prompt")
-        from onnxformer.runtime.serving.openai_routes import all_of
-
         return await all_of([collect(engine, row, generation) for row in rows])
     assert isinstance(model, TextToText)
     model.frame_all(texts, what="text")  # each text checked alone, before it shares a batch
@@ -217,55 +216,6 @@ async def collect(engine: Engine, row: list[int], generation: GenerationOptions)
         async for update in updates:
             text += update.text
     return text
-
-
-class ClientGone(Exception):
-    """The client closed its connection before the answer was ready."""
-
-
-async def until_disconnected(request: Any, work: Awaitable[T]) -> T:
-    """`work`'s result, or ClientGone (and `work` cancelled, which cancels its jobs) if the client
-    disconnects first."""
-    task = asyncio.ensure_future(work)
-
-    async def disconnected() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-
-    watcher = asyncio.ensure_future(disconnected())
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if task.done():
-            return task.result()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        raise ClientGone
-    finally:
-        watcher.cancel()
-        if not task.done():
-            task.cancel()
-
-
-async def read_body(request: Any, limits: Limits) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
-        raise RequestError(413, None, f"the body is over {limits.max_body_bytes} bytes; send less")
-    body = bytearray()
-    async for piece in request.stream():
-        body += piece
-        if len(body) > limits.max_body_bytes:
-            raise RequestError(413, None, f"the body is over {limits.max_body_bytes} bytes; send less")
-    return bytes(body)
-
-
-def request_error(error: Exception, *, field: str | None) -> RequestError:
-    """The HTTP answer to an error from the engine: 503 (busy), 504 (too slow) or 422/400 (bad input)."""
-    if isinstance(error, Overloaded):
-        return RequestError(503, None, str(error), retry_after=error.retry_after)
-    if isinstance(error, TimedOut):
-        return RequestError(504, None, str(error))
-    return RequestError(422, getattr(error, "field", None) or field, str(error))
 
 
 async def _events(updates: AsyncGenerator[Update, None]) -> AsyncIterator[bytes]:

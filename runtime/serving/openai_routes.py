@@ -1,10 +1,9 @@
 """The handlers of the OpenAI routes (`openai_api.py` holds the request and answer shapes): each checks
 its body alone, then runs through the engine's batcher like the task routes."""
 
-import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from onnxformer.runtime.encoder import TextEncoder
@@ -13,6 +12,7 @@ from onnxformer.runtime.generator import TextGenerator
 from onnxformer.runtime.serving import openai_api as api
 from onnxformer.runtime.serving.checks import RequestError
 from onnxformer.runtime.serving.engine import Engine, TimedOut
+from onnxformer.runtime.serving.http import ClientGone, all_of, read_body, request_error, until_disconnected
 from onnxformer.runtime.serving.scheduler import Overloaded
 
 T = TypeVar("T")
@@ -78,8 +78,6 @@ class OpenAIRoutes:
         """A route's handler: read and check the body, run, and answer every failure in OpenAI's shape."""
         from starlette.responses import JSONResponse, Response
 
-        from onnxformer.runtime.serving.app import ClientGone, read_body, request_error
-
         async def handle(request: Any) -> Any:
             try:
                 data = api.parse_json(await read_body(request, self.limits), route, self.limits, self.name)
@@ -103,8 +101,6 @@ class OpenAIRoutes:
     async def embeddings(self, request: Any, route: str, data: dict[str, Any]) -> Any:
         from starlette.responses import JSONResponse
 
-        from onnxformer.runtime.serving.app import until_disconnected
-
         model = self.engine.model
         if not isinstance(model, TextEncoder):
             raise RequestError(
@@ -118,8 +114,6 @@ class OpenAIRoutes:
 
     async def completions(self, request: Any, route: str, data: dict[str, Any]) -> Any:
         from starlette.responses import JSONResponse, StreamingResponse
-
-        from onnxformer.runtime.serving.app import until_disconnected
 
         model = api.generator_of(self.engine.model, "chat/completions" if route == "chat" else "completions")
         asked = api.generation_request(data, route, self.limits)
@@ -148,13 +142,3 @@ class OpenAIRoutes:
             async for update in updates:
                 result.add(update)
         return result
-
-
-async def all_of(work: list[Coroutine[Any, Any, T]]) -> list[T]:
-    """Every result, in order; the first failure (or a cancel) cancels the rest, so their jobs stop."""
-    tasks = [asyncio.ensure_future(item) for item in work]
-    try:
-        return list(await asyncio.gather(*tasks))
-    finally:
-        for task in tasks:
-            task.cancel()
