@@ -39,7 +39,7 @@ def serve_command(
     max_batch: Annotated[int, typer.Option("--max-batch", help="Most texts or prompts per batch.")] = 32,
     batch_wait_ms: Annotated[
         float, typer.Option("--batch-wait-ms", help="How long a batch waits for more requests.")
-    ] = 2.0,
+    ] = 0.0,
     max_queue: Annotated[
         int, typer.Option("--max-queue", help="Requests that may wait; more are refused with 503.")
     ] = 256,

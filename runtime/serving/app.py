@@ -271,7 +271,7 @@ def background_server(app: Any, *, host: str = "127.0.0.1", port: int = 0) -> It
     require("uvicorn", "serve")
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, name="onnxformer-server", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

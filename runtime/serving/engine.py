@@ -23,6 +23,11 @@ from onnxformer.runtime.serving.scheduler import Batcher, BatchSettings, Job
 from onnxformer.runtime.serving.tasks import Model
 
 
+# Texts per encoder run within a server batch: the batch's texts sorted by length run in groups of this
+# many (MiniLM on 2 cores: 16 sentences of 5-27 tokens took 45 ms padded as one, 39-40 ms in sorted 8s).
+EMBED_BATCH = 8
+
+
 class TimedOut(OnnxformerError):
     """A request ran past the server's per-request time limit (HTTP 504)."""
 
@@ -103,7 +108,8 @@ class Engine:
     def _embed_batch(self, key: Hashable, jobs: list[Job]) -> None:
         assert isinstance(self.model, TextEncoder)
         rows = [row for job in jobs for row in job.payload]
-        vectors = self.model.embed_ids(rows, batch_size=len(rows))  # (N, D): one batch
+        # Sorted by length into sub-batches, so that a short text is not padded to the longest one.
+        vectors = self.model.embed_ids(rows, batch_size=EMBED_BATCH)  # (N, D)
         start = 0
         for job in jobs:
             job.deliver(vectors[start : start + job.rows])

@@ -35,7 +35,7 @@ class BatchSettings:
     """How requests are batched and bounded (`onnxformer serve --max-batch ... --max-queue ...`)."""
 
     max_batch: int = 32  # rows per batch: texts for embeddings, prompts for generation
-    max_wait_ms: float = 2.0  # how long a batch waits for company once its first job is taken
+    max_wait_ms: float = 0.0  # how long a batch waits for company (0: it takes those already waiting)
     max_queue: int = 256  # jobs waiting for a batch; one more is refused (HTTP 503 with Retry-After)
     timeout_s: float = 300.0  # a request's whole life, queue and run; past it: HTTP 504
     workers: int = 1  # batches that run at once (each runs with the ONNX Runtime threads it has)
