@@ -468,6 +468,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--sentence-words", default="2,24", help="embeddings: words per sentence, MIN,MAX (default 2,24)"
     )
     parser.add_argument("--max-batch", type=int, default=32, help="BatchSettings.max_batch")
+    parser.add_argument(
+        "--arrival-batches",
+        action="store_true",
+        help="generations batched at arrival, decoded to the batch's end (BatchSettings.continuous=False)",
+    )
     parser.add_argument("--batch-wait-ms", type=float, default=0.0, help="BatchSettings.max_wait_ms")
     parser.add_argument(
         "--overload-queue", type=int, default=8, help="the overload run's max_queue (0: none)"
@@ -511,7 +516,12 @@ def main(argv: list[str] | None = None) -> int:
         else:
             raise SystemExit(f"unknown workload {name!r}; choose embeddings, generation")
 
-    base = {"max_batch": args.max_batch, "max_wait_ms": args.batch_wait_ms, "timeout_s": args.request_timeout}
+    base = {
+        "max_batch": args.max_batch,
+        "max_wait_ms": args.batch_wait_ms,
+        "timeout_s": args.request_timeout,
+        "continuous": not args.arrival_batches,
+    }
     levels: list[dict[str, Any]] = []
     wrong: list[dict[str, Any]] = []
     print(HEADER, flush=True)

@@ -30,7 +30,7 @@ from onnxformer.runtime.generation_options import GenerationOptions
 from onnxformer.runtime.model import ExportModel, ModelExport, pick
 from onnxformer.runtime.sampling import SamplingConfig
 from onnxformer.runtime.session import BoundCache
-from onnxformer.runtime.tokenizer import REPLACEMENT
+from onnxformer.runtime.tokenizer import REPLACEMENT, TextTokenizer
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class Following:
         self._cancelled.add(row)
 
     def __iter__(self) -> Iterator[dict[int, Update]]:
-        request, decode = self._request, self._generator.tokenizer.decode
+        request, tokenizer = self._request, self._generator.tokenizer
         collector = Collector(self._generator._budgets(request), request.stop_tokens)
         emitted = [0] * len(request.rows)
         ended: set[int] = set()
@@ -79,10 +79,9 @@ class Following:
             for row, reason in enumerate(collector.reasons):
                 if row in ended:
                     continue
-                text = decode(collector.tokens[row])
-                end = len(_cut(text, request.stop[row]))
-                if reason is None:
-                    end = min(end, _final_end(text, request.stop[row]))
+                text, end = final_text(
+                    tokenizer, collector.tokens[row], request.stop[row], done=reason is not None
+                )
                 piece = text[emitted[row] : end] if end > emitted[row] else ""
                 if piece or reason is not None:
                     emitted[row] = max(emitted[row], end)
@@ -114,6 +113,11 @@ class TextGenerator(ExportModel):
         self._io = export.io("decoder")
         self._cache = export.cache_layout()
         self._outputs = [self._io.outputs["logits"], *self._cache.present_names()]
+
+    @property
+    def in_place_cache(self) -> bool:
+        """The export writes its KV cache in place (`optimize`): no continuous batching on it."""
+        return self._cache.in_place
 
     @overload
     def generate(self, prompt: str, options: GenerationOptions | None = None, **overrides: Any) -> str: ...
@@ -302,6 +306,21 @@ def _cut(text: str, stop: tuple[str, ...]) -> str:
     """`text` up to the first stop string."""
     index = _find_stop(text, stop)
     return text if index < 0 else text[:index]
+
+
+def final_text(
+    tokenizer: TextTokenizer, tokens: list[int], stop: tuple[str, ...], *, done: bool
+) -> tuple[str, int]:
+    """The text of a row's tokens and how much of it is final: all of it (cut at a stop string) when the
+    row is done; else not a tail that the next tokens may still change (`_final_end`, and a trailing run of
+    byte tokens that a ByteFallback decoder has not settled)."""
+    text = tokenizer.decode(tokens)
+    end = len(_cut(text, stop))
+    if not done:
+        settled = tokenizer.settled(tokens)
+        stable = text if settled == len(tokens) else tokenizer.decode(tokens[:settled])
+        end = min(end, _final_end(stable, stop))
+    return text, end
 
 
 def _final_end(text: str, stop: tuple[str, ...]) -> int:

@@ -5,6 +5,7 @@ model classes add <s>, </s>, <cls>, <sep> themselves. A byte-level vocabulary ca
 across tokens, so text is always decoded from whole token sequences (see `TextGenerator.stream`).
 """
 
+import json
 from collections.abc import Sequence
 
 import numpy as np
@@ -44,6 +45,16 @@ class TextTokenizer:
         self._byte_level = type(tokenizer.pre_tokenizer).__name__ == "ByteLevel"
         if tokenizer.normalizer is None and self._byte_level:
             self._max_token_chars = max(map(len, tokenizer.get_vocab(with_added_tokens=True)), default=1)
+        # A ByteFallback decoder (Llama 2, Gemma) turns a run of byte tokens ("<0xE2>") into text only as a
+        # whole, and a run that is not valid UTF-8 into one U+FFFD per byte, valid bytes included: text
+        # from such a run may still change while the run goes on (see `settled`).
+        self._byte_tokens: frozenset[int] = frozenset()
+        if '"ByteFallback"' in json.dumps(json.loads(tokenizer.to_str()).get("decoder")):
+            self._byte_tokens = frozenset(
+                token_id
+                for piece, token_id in tokenizer.get_vocab(with_added_tokens=False).items()
+                if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">")
+            )
 
     @classmethod
     def from_bytes(cls, data: bytes, special_tokens: dict[str, int], *, name: str) -> "TextTokenizer":
@@ -100,6 +111,14 @@ class TextTokenizer:
             # The library would drop them silently and return a shorter text.
             raise InputError(f"token ids {bad[:5]} are outside the vocabulary 0 .. {self.vocab_size - 1}")
         return self._tokenizer.decode(ids, skip_special_tokens=True)
+
+    def settled(self, ids: Sequence[int]) -> int:
+        """How many leading `ids` have a text that later ids cannot change: all of them, but for a
+        ByteFallback decoder not a trailing run of byte tokens (decoded only as a whole run)."""
+        end = len(ids)
+        while end > 0 and ids[end - 1] in self._byte_tokens:
+            end -= 1
+        return end
 
     def token_bytes(self, token_id: int) -> bytes | None:
         """The bytes a byte-level token stands for (part of a character, for emoji and many scripts);

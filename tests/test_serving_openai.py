@@ -310,9 +310,8 @@ def test_a_client_that_goes_away_stops_its_generation() -> None:
         stream.close()
         time.sleep(0.5)  # its next steps notice
         tokens = metric(url, "onnxformer_generated_tokens_total")
-        finished = metric(url, 'onnxformer_batch_rows_count{batcher="generations"}')
     print(f"the dropped stream generated {tokens} tokens of 60")
-    assert finished == 1 and 0 < tokens < 30
+    assert 0 < tokens < 30
 
 
 def test_concurrent_embeddings_run_as_batches(models: dict) -> None:

@@ -8,12 +8,15 @@ request never fails a batch it would have shared; a batch then only runs what ha
 
 import asyncio
 import contextlib
+import itertools
+import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Hashable
 from typing import Any
 
 import numpy as np
 
+from onnxformer.runtime.continuous import DecodeBatch
 from onnxformer.runtime.encoder import TextEncoder
 from onnxformer.runtime.errors import OnnxformerError
 from onnxformer.runtime.generation_options import GenerationOptions
@@ -22,6 +25,7 @@ from onnxformer.runtime.seq2seq import TextToText
 from onnxformer.runtime.serving.scheduler import Batcher, BatchSettings, Job
 from onnxformer.runtime.serving.tasks import Model
 
+log = logging.getLogger(__name__)
 
 # Texts per encoder run within a server batch: the batch's texts sorted by length run in groups of this
 # many (MiniLM on 2 cores: 16 sentences of 5-27 tokens took 45 ms padded as one, 39-40 ms in sorted 8s).
@@ -42,7 +46,9 @@ class Engine:
         if isinstance(model, TextEncoder):
             self.batcher = Batcher("embeddings", self._embed_batch, self.settings, metrics)
         elif isinstance(model, TextGenerator):
-            self.batcher = Batcher("generations", self._generate_batch, self.settings, metrics)
+            continuous = self.settings.continuous and not model.in_place_cache
+            worker = self._continuous if continuous else None
+            self.batcher = Batcher("generations", self._generate_batch, self.settings, metrics, worker=worker)
         else:
             self.batcher = Batcher("seq2seq", self._seq2seq_batch, self.settings, metrics)
 
@@ -130,6 +136,52 @@ class Engine:
                     tokens += update.tokens
         if self._metrics is not None:
             self._metrics.generated(tokens, time.perf_counter() - started)
+
+    def _continuous(self) -> None:
+        """A generation worker's loop: admit waiting jobs into the running batch between steps, step, hand
+        each row's update to its job; a row leaves when it ends or its job is cancelled."""
+        assert isinstance(self.model, TextGenerator)
+        batch, handles = DecodeBatch(self.model), itertools.count()
+        live: dict[int, Job] = {}  # the jobs of the rows in the batch, by handle
+        limit = self.settings.max_batch if self.settings.batching else 1
+        while True:
+            room = limit - len(batch)
+            jobs = self.batcher.take_up_to(room, block=not live) if room > 0 else []
+            if jobs is None:
+                return
+            jobs = [job for job in jobs if not job.cancelled]
+            try:
+                if jobs:
+                    joining = {next(handles): job for job in jobs}
+                    updates = batch.join(
+                        [job.payload[0] for job in jobs], [job.payload[1] for job in jobs], list(joining)
+                    )
+                    live.update(joining)
+                    self._hand_out(live, updates)
+                for handle, job in list(live.items()):
+                    if job.cancelled and (update := batch.cancel(handle)) is not None:
+                        self._hand_out(live, {handle: update})
+                if len(batch):
+                    rows, started = len(batch), time.perf_counter()
+                    self.batcher.observe(rows)
+                    self._hand_out(live, batch.step())
+                    if self._metrics is not None:  # one token per row per step
+                        self._metrics.tokens_per_second.set(rows / max(time.perf_counter() - started, 1e-9))
+            except Exception as error:  # every row of the batch hears of it; the worker starts afresh
+                log.exception("a generation step failed")
+                for job in {*live.values(), *jobs}:
+                    job.deliver(error)
+                batch, live = DecodeBatch(self.model), {}
+
+    def _hand_out(self, live: dict[int, Job], updates: dict[Any, Update]) -> None:
+        for handle, update in updates.items():
+            job = live[handle]
+            if not job.cancelled:
+                job.deliver(update)
+            if update.finish_reason is not None:
+                del live[handle]
+                if self._metrics is not None:
+                    self._metrics.tokens.inc(update.tokens)
 
     def _seq2seq_batch(self, key: Hashable, jobs: list[Job]) -> None:
         assert isinstance(self.model, TextToText) and isinstance(key, GenerationOptions)

@@ -40,6 +40,7 @@ class BatchSettings:
     timeout_s: float = 300.0  # a request's whole life, queue and run; past it: HTTP 504
     workers: int = 1  # batches that run at once (each runs with the ONNX Runtime threads it has)
     batching: bool = True  # False: every request runs alone (the load test's baseline)
+    continuous: bool = True  # generations join a running batch between steps (else: batches at arrival)
 
     def __post_init__(self) -> None:
         for name, low in (("max_batch", 1), ("max_queue", 1), ("workers", 1)):
@@ -96,8 +97,19 @@ BatchFn = Callable[[Hashable, list[Job]], None]
 class Batcher:
     """A bounded queue of jobs and the worker threads that run them in batches (see the module)."""
 
-    def __init__(self, name: str, run: BatchFn, settings: BatchSettings, metrics: Any = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        run: BatchFn,
+        settings: BatchSettings,
+        metrics: Any = None,
+        *,
+        worker: Callable[[], None] | None = None,
+    ) -> None:
+        """`run(key, jobs)` runs one batch; or `worker`, run by each worker thread instead of the batch
+        loop, takes jobs itself (`take_up_to`): continuous batching."""
         self.name, self._run, self.settings, self._metrics = name, run, settings, metrics
+        self._worker = worker
         self._pending: deque[Job] = deque()
         self._ready = threading.Condition()
         self._stopping = False
@@ -143,7 +155,8 @@ class Batcher:
         if self._workers:
             return
         for index in range(self.settings.workers):
-            worker = threading.Thread(target=self._work, name=f"onnxformer-{self.name}-{index}", daemon=True)
+            target = self._worker or self._work
+            worker = threading.Thread(target=target, name=f"onnxformer-{self.name}-{index}", daemon=True)
             worker.start()
             self._workers.append(worker)
 
@@ -175,15 +188,34 @@ class Batcher:
             self._gauge()
         return batch
 
+    def take_up_to(self, rows: int, *, block: bool) -> list[Job] | None:
+        """The oldest waiting jobs, of any key, up to `rows` rows (at least one job when `block`, which
+        waits for it). None when the batcher stops and no job waits."""
+        with self._ready:
+            while block and not self._pending and not self._stopping:
+                self._ready.wait()
+            if self._stopping and not self._pending:
+                return None
+            taken, size = [], 0
+            while self._pending and size + self._pending[0].rows <= rows:
+                job = self._pending.popleft()
+                taken.append(job)
+                size += job.rows
+            self._gauge()
+        return taken
+
+    def observe(self, rows: int) -> None:
+        """Record one batch run of `rows` rows (a step of continuous batching)."""
+        self.batch_sizes.append(rows)
+        if self._metrics is not None:
+            self._metrics.batch_size.labels(self.name).observe(rows)
+
     def _work(self) -> None:
         while (batch := self._take()) is not None:
             batch = [job for job in batch if not job.cancelled]
             if not batch:
                 continue
-            rows = sum(job.rows for job in batch)
-            self.batch_sizes.append(rows)
-            if self._metrics is not None:
-                self._metrics.batch_size.labels(self.name).observe(rows)
+            self.observe(sum(job.rows for job in batch))
             try:
                 self._run(batch[0].key, batch)
             except Exception as error:  # every job of the batch hears of it; the worker goes on
