@@ -106,9 +106,12 @@ def embeddings_workload(folder: Path, threads: int, count: int, words: tuple[int
     )
 
 
-def generation_workload(folder: Path, threads: int, count: int, max_tokens: int) -> Workload:
+def generation_workload(
+    folder: Path, threads: int, count: int, max_tokens: int, *, mixed: bool = False
+) -> Workload:
     """Prompts from a seeded pool of 8 x `count` candidates, keeping the `count` whose greedy continuations
-    are longest: a small model trained on short sentences ends most prompts within a few tokens."""
+    are longest: a small model trained on short sentences ends most prompts within a few tokens. `mixed`:
+    request i asks for max_tokens / 2 ** (i % 4) tokens (32, 16, 8, 4), lengths as real traffic mixes them."""
     from onnxformer.runtime import load
 
     model = load(folder, threads=threads)
@@ -128,9 +131,15 @@ def generation_workload(folder: Path, threads: int, count: int, max_tokens: int)
         for prompt in candidates
     }
     prompts = sorted(candidates, key=lambda p: (-lengths[p], p))[:count]
-    want = [model.generate(prompt, max_new_tokens=max_tokens, temperature=0) for prompt in prompts]
-    request = {"model": MODEL_NAME, "max_tokens": max_tokens, "temperature": 0}
-    bodies = [json.dumps({**request, "prompt": prompt}).encode() for prompt in prompts]
+    budgets = [max(1, max_tokens >> (i % 4)) if mixed else max_tokens for i in range(len(prompts))]
+    want = [
+        model.generate(prompt, max_new_tokens=budget, temperature=0)
+        for prompt, budget in zip(prompts, budgets, strict=True)
+    ]
+    bodies = [
+        json.dumps({"model": MODEL_NAME, "max_tokens": budget, "temperature": 0, "prompt": prompt}).encode()
+        for prompt, budget in zip(prompts, budgets, strict=True)
+    ]
     return Workload(
         name="generation",
         folder=folder,
@@ -139,7 +148,7 @@ def generation_workload(folder: Path, threads: int, count: int, max_tokens: int)
         want=want,
         unit="tokens",
         notes={
-            "max_tokens": max_tokens,
+            "max_tokens": sorted(set(budgets)),
             "temperature": 0,
             "context": model.max_len,
             "prompt_tokens": _spread([len(model.frame(p, what="prompt")) for p in prompts]),
@@ -469,6 +478,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--max-batch", type=int, default=32, help="BatchSettings.max_batch")
     parser.add_argument(
+        "--mixed-lengths", action="store_true", help="generations ask for 32, 16, 8 or 4 tokens in turn"
+    )
+    parser.add_argument(
         "--arrival-batches",
         action="store_true",
         help="generations batched at arrival, decoded to the batch's end (BatchSettings.continuous=False)",
@@ -510,7 +522,11 @@ def main(argv: list[str] | None = None) -> int:
         elif name == "generation":
             workloads.append(
                 generation_workload(
-                    Path(args.generation_export), args.threads, args.distinct, args.max_tokens
+                    Path(args.generation_export),
+                    args.threads,
+                    args.distinct,
+                    args.max_tokens,
+                    mixed=args.mixed_lengths,
                 )
             )
         else:

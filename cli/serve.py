@@ -50,6 +50,13 @@ def serve_command(
     batching: Annotated[
         bool, typer.Option("--batching/--no-batching", help="Run concurrent requests as batches.")
     ] = True,
+    continuous: Annotated[
+        bool,
+        typer.Option(
+            "--continuous/--arrival-batches",
+            help="Generations join a running batch between steps, or batch only as they arrive.",
+        ),
+    ] = True,
 ) -> None:
     """Serve the export over HTTP: the OpenAI API (/v1/models, /v1/embeddings, /v1/completions,
     /v1/chat/completions), our own routes (POST /embed, /generate or /seq2seq; GET /health, /info) and

@@ -123,11 +123,12 @@ class DecodeBatch:
     def _take(self, logits: np.ndarray, *, first: int) -> dict[Hashable, Update]:
         """Choose a token for rows first.. from their logits (B - first, V), record it, drop finished rows."""
         updates, tokenizer = {}, self.model.tokenizer
+        greedy = np.argmax(logits, axis=-1)  # (B - first,)
         for offset, row_logits in enumerate(logits):  # (V,)
             index = first + offset
             row = self.rows[index]
             if row.sampling.greedy:
-                token = int(np.argmax(row_logits))
+                token = int(greedy[offset])
             else:
                 token = Sampler._sample_row(row_logits, row.rng, row.sampling)
             self._next[index] = token
@@ -136,7 +137,7 @@ class DecodeBatch:
                 row.reason = "stop"
             else:
                 row.tokens.append(token)
-                if row.stop and _find_stop(tokenizer.decode(row.tokens), row.stop) >= 0:
+                if row.stop and _find_stop(tokenizer.decode_generated(row.tokens), row.stop) >= 0:
                     row.reason = "stop"
                 elif row.steps >= row.budget:
                     row.reason = "length"

@@ -227,7 +227,8 @@ class TextGenerator(ExportModel):
 
         def stops_at(row: int, tokens: list[int]) -> bool:
             return (
-                bool(request.stop[row]) and _find_stop(self.tokenizer.decode(tokens), request.stop[row]) >= 0
+                bool(request.stop[row])
+                and _find_stop(self.tokenizer.decode_generated(tokens), request.stop[row]) >= 0
             )
 
         return decode_steps(
@@ -314,11 +315,11 @@ def final_text(
     """The text of a row's tokens and how much of it is final: all of it (cut at a stop string) when the
     row is done; else not a tail that the next tokens may still change (`_final_end`, and a trailing run of
     byte tokens that a ByteFallback decoder has not settled)."""
-    text = tokenizer.decode(tokens)
+    text = tokenizer.decode_generated(tokens)
     end = len(_cut(text, stop))
     if not done:
         settled = tokenizer.settled(tokens)
-        stable = text if settled == len(tokens) else tokenizer.decode(tokens[:settled])
+        stable = text if settled == len(tokens) else tokenizer.decode_generated(tokens[:settled])
         end = min(end, _final_end(stable, stop))
     return text, end
 

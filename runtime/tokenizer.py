@@ -112,6 +112,11 @@ class TextTokenizer:
             raise InputError(f"token ids {bad[:5]} are outside the vocabulary 0 .. {self.vocab_size - 1}")
         return self._tokenizer.decode(ids, skip_special_tokens=True)
 
+    def decode_generated(self, ids: list[int]) -> str:
+        """`decode` for ids the model chose (ints from the vocabulary), without checking each one again:
+        a generation loop decodes its rows at every step."""
+        return self._tokenizer.decode(ids, skip_special_tokens=True)
+
     def settled(self, ids: Sequence[int]) -> int:
         """How many leading `ids` have a text that later ids cannot change: all of them, but for a
         ByteFallback decoder not a trailing run of byte tokens (decoded only as a whole run)."""
