@@ -2,7 +2,7 @@
 off: throughput, latency percentiles and status counts per concurrency, every accepted answer checked
 against the same request run alone through the runtime, and an overload run against a small queue.
 
-    .venv/bin/python benchmarks/serving_load.py --out benchmarks/results/serving-load.json
+    .venv/bin/python -m benchmarks.serving_load --out benchmarks/results/serving-load.json
 
 Workloads: `embeddings` (POST /v1/embeddings on MiniLM, one short sentence of 2 to 24 words per request)
 and `generation` (POST /v1/completions on exported/gpt, greedy, max_tokens 32, the prompts of a seeded
@@ -40,10 +40,9 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a file: `benchmarks.machine` is a module of the checkout
+from benchmarks.machine import LoadMonitor
 
-from benchmarks.machine import LoadMonitor  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 MODEL_NAME = "bench"
 # The words of the embedding sentences, and of the prompts (the tiny GPT's training corpus is made of such).
@@ -599,7 +598,7 @@ def main(argv: list[str] | None = None) -> int:
         if at.get(True, {}).get("requests_per_s") and at.get(False, {}).get("requests_per_s"):
             ratios[workload.name] = round(at[True]["requests_per_s"] / at[False]["requests_per_s"], 2)
     result = {
-        "command": " ".join([".venv/bin/python", "benchmarks/serving_load.py", *(argv or sys.argv[1:])]),
+        "command": " ".join([".venv/bin/python", "-m", "benchmarks.serving_load", *(argv or sys.argv[1:])]),
         "machine": machine(args.threads),
         "load": monitor.stop(),
         "server": {**base, "max_queue": 256, "workers": 1, "model_name": MODEL_NAME},

@@ -103,3 +103,48 @@ def test_a_stream_holds_back_byte_tokens_until_their_run_settles(
         whole = model.generate(prompt, max_new_tokens=12, temperature=0)
         assert "".join(model.stream(prompt, max_new_tokens=12, temperature=0)) == whole, prompt
     assert "\ufffd" in model.generate("A", max_new_tokens=12, temperature=0)  # the case is exercised
+
+
+NODE_STREAM = """
+import { loadEngine, openExport } from "./src/index.js";
+const [folder, ...prompts] = process.argv.slice(1);
+const model = await openExport(folder, { engine: await loadEngine("native", { threads: 1 }) });
+const rows = [];
+for (const prompt of prompts) {
+  const options = { temperature: 0, maxNewTokens: 12 };
+  let joined = "";
+  for await (const piece of model.stream(prompt, options)) joined += piece;
+  rows.push({ prompt, joined, whole: await model.generate(prompt, options) });
+}
+model.close();
+console.log(JSON.stringify(rows));
+"""
+
+
+def test_the_node_host_streams_byte_token_runs_as_python_does(
+    hf_exports: dict[str, tuple[Path, Path]],
+) -> None:
+    """The same hold-back in onnxruntime-node: the pieces join to the text. That text equals Python's
+    unless a byte run is invalid UTF-8: @huggingface/tokenizers (JS) then replaces only the invalid bytes
+    ("AAAAA" and a U+FFFD per bad byte) where the Rust library replaces every byte of the run, a difference
+    of the two libraries."""
+    import json
+    import shutil
+    import subprocess
+
+    node = shutil.which("node")
+    assert node, "Node.js is not installed; the host's tests need it (README: set-up)"
+    folder = hf_exports["gemma2"][1]
+    done = subprocess.run(
+        [node, "--input-type=module", "-e", NODE_STREAM, "--", str(folder), *PROMPTS],
+        cwd=Path(__file__).resolve().parents[1] / "hosts" / "node",
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    model = load(folder)
+    rows = json.loads(done.stdout)
+    for row in rows:
+        python = model.generate(row["prompt"], max_new_tokens=12, temperature=0)
+        assert row["joined"] == row["whole"], row
+        assert row["whole"] == python or "\ufffd" in python, row
+    assert any("\ufffd" in row["whole"] for row in rows)  # a byte run was held back and settled

@@ -117,7 +117,11 @@ export class TextGenerator extends ExportModel {
     )) {
       const text = this.tokenizer.decode(state.tokens);
       let end = cut(text, request.stop).length;
-      if (state.finishReason === null) end = Math.min(end, finalEnd(text, request.stop));
+      if (state.finishReason === null) {
+        const settled = this.tokenizer.settled(state.tokens);
+        const stable = settled === state.tokens.length ? text : this.tokenizer.decode(state.tokens.slice(0, settled));
+        end = Math.min(end, finalEnd(stable, request.stop));
+      }
       if (end > emitted) {
         yield text.slice(emitted, end);
         emitted = end;

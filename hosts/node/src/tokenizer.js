@@ -20,6 +20,27 @@ export class TextTokenizer {
     }
     this.specialTokens = { ...specialTokens };
     this.vocabSize = this.tokenizer.get_vocab(true).size;
+    // A ByteFallback decoder (Llama 2, Gemma) turns a run of byte tokens ("<0xE2>") into text only as a
+    // whole, and a run that is not valid UTF-8 into one U+FFFD per byte, valid ones included: text from
+    // such a run may still change while the run goes on (`settled`).
+    this.byteTokens = new Set();
+    if (JSON.stringify(json.decoder ?? null).includes('"ByteFallback"')) {
+      const vocab = json.model?.vocab ?? {};
+      const pieces = Array.isArray(vocab) ? vocab.map(([piece], id) => [piece, id]) : Object.entries(vocab);
+      for (const [piece, id] of pieces) {
+        if (/^<0x[0-9A-Fa-f]{2}>$/.test(piece)) this.byteTokens.add(id);
+      }
+    }
+  }
+
+  /**
+   * How many leading `ids` have a text that later ids cannot change: all of them, but for a ByteFallback
+   * decoder not a trailing run of byte tokens (decoded only as a whole run).
+   */
+  settled(ids) {
+    let end = ids.length;
+    while (end > 0 && this.byteTokens.has(ids[end - 1])) end -= 1;
+    return end;
   }
 
   /** The text's token ids, no special tokens added; "" gives []. */
