@@ -27,7 +27,6 @@ import json
 import math
 import multiprocessing
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -40,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.machine import LoadMonitor
+from benchmarks.machine import LoadMonitor, machine_facts
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -408,27 +407,10 @@ def measure(
 
 
 def machine(threads: int) -> dict[str, Any]:
-    import onnxruntime
-
-    info: dict[str, str] = {}
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                key, _, value = line.partition(":")
-                info.setdefault(key.strip(), value.strip())
-    except OSError:
-        pass
-    flags = set(info.get("flags", "").split())
+    """The machine facts of every benchmark (`benchmarks.machine`), and how this one runs its server."""
     return {
-        "cpu": info.get("model name", platform.processor() or platform.machine()),
-        "cpu_flags": [f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "amx_tile") if f in flags],
-        "hypervisor": "hypervisor" in flags,
-        "logical_cpus": os.cpu_count(),
+        **machine_facts(threads),
         "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "os": platform.platform(),
-        "python": platform.python_version(),
-        "onnxruntime": onnxruntime.__version__,
-        "ort_threads": threads,
         "server": "uvicorn in a child process (create_app + background_server), one event loop",
         "clients": "Python threads with http.client in the parent process, over loopback",
     }

@@ -457,3 +457,28 @@ def test_a_long_chat_drops_its_oldest_turns(models: dict) -> None:
     with pytest.raises(InputError, match="send a shorter message"):
         "".join(chat.say("word " * 200))
     assert chat.turns[-2]["content"] == "Message number 11?"  # the refused message left no trace
+
+
+def test_a_model_that_fails_answers_500_in_openai_s_shape_and_the_server_goes_on() -> None:
+    model = load(EXPORTED / "gpt")
+    step = model._step
+    calls = []
+
+    def broken(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : a kernel failed")
+        return step(*args, **kwargs)
+
+    model._step = broken  # this instance only: the first step fails, the next ones run
+    with background_server(create_app(model, options=ServerOptions(model_name="gpt"))) as url:
+        body = {"model": "gpt", "prompt": "The cat", "max_tokens": 5, "temperature": 0}
+        code, answer, _ = post(url + "/v1/completions", body)
+        assert code == 500 and answer["error"]["type"] == "server_error"
+        assert (
+            "the model failed" in answer["error"]["message"] and "RuntimeError" in answer["error"]["message"]
+        )
+        code, answer, _ = post(url + "/v1/completions", body)  # the worker started afresh
+        assert code == 200 and answer["choices"][0]["text"] == load(EXPORTED / "gpt").generate(
+            "The cat", max_new_tokens=5, temperature=0
+        )

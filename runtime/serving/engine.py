@@ -22,7 +22,7 @@ from onnxformer.runtime.errors import OnnxformerError
 from onnxformer.runtime.generation_options import GenerationOptions
 from onnxformer.runtime.generator import TextGenerator, Update
 from onnxformer.runtime.seq2seq import TextToText
-from onnxformer.runtime.serving.scheduler import Batcher, BatchSettings, Job
+from onnxformer.runtime.serving.scheduler import Batcher, BatchSettings, Job, failed
 from onnxformer.runtime.serving.tasks import Model
 
 log = logging.getLogger(__name__)
@@ -170,7 +170,7 @@ class Engine:
             except Exception as error:  # every row of the batch hears of it; the worker starts afresh
                 log.exception("a generation step failed")
                 for job in {*live.values(), *jobs}:
-                    job.deliver(error)
+                    job.deliver(failed(error))
                 batch, live = DecodeBatch(self.model), {}
 
     def _hand_out(self, live: dict[int, Job], updates: dict[Any, Update]) -> None:

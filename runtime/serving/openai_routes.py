@@ -2,12 +2,13 @@
 its body alone, then runs through the engine's batcher like the task routes."""
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from onnxformer.runtime.encoder import TextEncoder
-from onnxformer.runtime.errors import ConfigError, InputError
+from onnxformer.runtime.errors import ConfigError, InputError, OnnxformerError
 from onnxformer.runtime.generator import TextGenerator
 from onnxformer.runtime.serving import openai_api as api
 from onnxformer.runtime.serving.checks import RequestError
@@ -16,6 +17,7 @@ from onnxformer.runtime.serving.http import ClientGone, all_of, read_body, reque
 from onnxformer.runtime.serving.scheduler import Overloaded
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 # The field that holds the texts of each route, which an error about a text names.
 INPUT = {"embeddings": "input", "completions": "prompt", "chat": "messages"}
 PATHS = ("/v1/models", "/v1/embeddings", "/v1/completions", "/v1/chat/completions")
@@ -88,6 +90,9 @@ class OpenAIRoutes:
                 failure = request_error(error, field=None)
             except ClientGone:
                 return Response(status_code=499)
+            except OnnxformerError as error:  # the model failed: said in OpenAI's shape, not a bare 500
+                log.exception("inference failed")
+                failure = RequestError(500, None, str(error))
             if failure.status == 422:  # OpenAI answers any bad input 400, naming its own field
                 failure.status = 400
                 if failure.field is None or failure.field.startswith("texts"):

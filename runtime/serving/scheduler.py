@@ -25,7 +25,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from onnxformer.runtime.errors import ConfigError
+from onnxformer.runtime.errors import ConfigError, OnnxformerError
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,14 @@ class Job:
 
 
 BatchFn = Callable[[Hashable, list[Job]], None]
+
+
+def failed(error: Exception) -> Exception:
+    """What a job hears when its batch fails: the runtime's own error as it is (an OnnxformerError names
+    the problem), anything else (ONNX Runtime's) wrapped so that the routes answer it as a model failure."""
+    if isinstance(error, OnnxformerError):
+        return error
+    return OnnxformerError(f"the model failed on this batch ({type(error).__name__}: {error})")
 
 
 class Batcher:
@@ -221,4 +229,4 @@ class Batcher:
             except Exception as error:  # every job of the batch hears of it; the worker goes on
                 log.exception("a %s batch failed", self.name)
                 for job in batch:
-                    job.deliver(error)
+                    job.deliver(failed(error))
