@@ -25,7 +25,7 @@ import numpy as np
 from onnxformer.runtime.decoding import Feeds, left_pad
 from onnxformer.runtime.errors import ConfigError
 from onnxformer.runtime.generation_options import GenerationOptions
-from onnxformer.runtime.generator import TextGenerator, Update, _find_stop, final_text
+from onnxformer.runtime.generator import TextGenerator, Update, _find_stop, news
 from onnxformer.runtime.sampling import Sampler, SamplingConfig
 
 
@@ -141,11 +141,9 @@ class DecodeBatch:
                     row.reason = "stop"
                 elif row.steps >= row.budget:
                     row.reason = "length"
-            text, end = final_text(tokenizer, row.tokens, row.stop, done=row.reason is not None)
-            piece = text[row.emitted : end] if end > row.emitted else ""
-            if piece or row.reason is not None:
-                row.emitted = max(row.emitted, end)
-                updates[row.handle] = Update(piece, len(row.tokens), row.reason)
+            update, row.emitted = news(tokenizer, row.tokens, row.stop, row.reason, row.emitted)
+            if update is not None:
+                updates[row.handle] = update
         self._keep([i for i, row in enumerate(self.rows) if row.reason is None])
         return updates
 

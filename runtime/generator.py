@@ -79,13 +79,11 @@ class Following:
             for row, reason in enumerate(collector.reasons):
                 if row in ended:
                     continue
-                text, end = final_text(
-                    tokenizer, collector.tokens[row], request.stop[row], done=reason is not None
+                update, emitted[row] = news(
+                    tokenizer, collector.tokens[row], request.stop[row], reason, emitted[row]
                 )
-                piece = text[emitted[row] : end] if end > emitted[row] else ""
-                if piece or reason is not None:
-                    emitted[row] = max(emitted[row], end)
-                    updates[row] = Update(piece, len(collector.tokens[row]), reason)
+                if update is not None:
+                    updates[row] = update
                 if reason is not None:
                     ended.add(row)
             if updates:
@@ -309,19 +307,25 @@ def _cut(text: str, stop: tuple[str, ...]) -> str:
     return text if index < 0 else text[:index]
 
 
-def final_text(
-    tokenizer: TextTokenizer, tokens: list[int], stop: tuple[str, ...], *, done: bool
-) -> tuple[str, int]:
-    """The text of a row's tokens and how much of it is final: all of it (cut at a stop string) when the
-    row is done; else not a tail that the next tokens may still change (`_final_end`, and a trailing run of
-    byte tokens that a ByteFallback decoder has not settled)."""
+def news(
+    tokenizer: TextTokenizer, tokens: list[int], stop: tuple[str, ...], reason: str | None, emitted: int
+) -> tuple[Update | None, int]:
+    """A row's update after a step, and how many characters of its text are out now: the text that became
+    final since the `emitted` first ones; None when there is neither new text nor an end to report.
+
+    A row that ended gives all its text (cut at a stop string); one that goes on holds back a tail that
+    the next tokens may still change (`_final_end`, and a trailing run of byte tokens that a ByteFallback
+    decoder has not settled)."""
     text = tokenizer.decode_generated(tokens)
     end = len(_cut(text, stop))
-    if not done:
+    if reason is None:
         settled = tokenizer.settled(tokens)
         stable = text if settled == len(tokens) else tokenizer.decode_generated(tokens[:settled])
         end = min(end, _final_end(stable, stop))
-    return text, end
+    piece = text[emitted:end] if end > emitted else ""
+    if not piece and reason is None:
+        return None, emitted
+    return Update(piece, len(tokens), reason), max(emitted, end)
 
 
 def _final_end(text: str, stop: tuple[str, ...]) -> int:

@@ -204,18 +204,10 @@ async def _run_task(engine: Engine, texts: list[str], generation: GenerationOpti
         return await engine.embed(model.frame_texts(texts, truncate=generation.truncate))
     if isinstance(model, TextGenerator):
         rows = model.frame_all(texts, what="prompt")
-        return await all_of([collect(engine, row, generation) for row in rows])
+        return [done.text for done in await all_of([engine.complete(row, generation) for row in rows])]
     assert isinstance(model, TextToText)
     model.frame_all(texts, what="text")  # each text checked alone, before it shares a batch
     return await engine.transform(texts, generation)
-
-
-async def collect(engine: Engine, row: list[int], generation: GenerationOptions) -> str:
-    text = ""
-    async with contextlib.aclosing(engine.generate(row, generation)) as updates:
-        async for update in updates:
-            text += update.text
-    return text
 
 
 async def _events(updates: AsyncGenerator[Update, None]) -> AsyncIterator[bytes]:

@@ -12,6 +12,7 @@ import itertools
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Hashable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,22 @@ log = logging.getLogger(__name__)
 # Texts per encoder run within a server batch: the batch's texts sorted by length run in groups of this
 # many (MiniLM on 2 cores: 16 sentences of 5-27 tokens took 45 ms padded as one, 39-40 ms in sorted 8s).
 EMBED_BATCH = 8
+
+
+@dataclass
+class Generated:
+    """One generation as the answers report it: its text and token counts, and why it ended."""
+
+    prompt_tokens: int
+    text: str = ""
+    completion_tokens: int = 0
+    finish_reason: str = "length"
+
+    def add(self, update: Update) -> None:
+        self.text += update.text
+        self.completion_tokens = update.tokens
+        if update.finish_reason is not None:
+            self.finish_reason = "stop" if update.finish_reason == "stop" else "length"
 
 
 class TimedOut(OnnxformerError):
@@ -83,6 +100,14 @@ class Engine:
 
     def generate(self, row: list[int], options: GenerationOptions) -> AsyncGenerator[Update, None]:
         return self.updates(self.start(row, options))
+
+    async def complete(self, row: list[int], options: GenerationOptions) -> Generated:
+        """One whole generation from framed ids (the routes that do not stream)."""
+        result = Generated(len(row))
+        async with contextlib.aclosing(self.generate(row, options)) as updates:
+            async for update in updates:
+                result.add(update)
+        return result
 
     async def transform(self, texts: list[str], options: GenerationOptions) -> list[str]:
         """A seq2seq export's outputs for texts (checked by the caller, `TextToText.frame_all`)."""

@@ -29,7 +29,7 @@ from onnxformer.runtime.errors import InputError, OnnxformerError
 from onnxformer.runtime.generation_options import GenerationOptions
 from onnxformer.runtime.generator import TextGenerator, Update
 from onnxformer.runtime.serving.checks import Limits, RequestError, number
-from onnxformer.runtime.serving.engine import TimedOut
+from onnxformer.runtime.serving.engine import Generated, TimedOut
 
 # Fields that change the output and are not built, with the values that mean "off".
 NEUTRAL: dict[str, Callable[[Any], bool]] = {
@@ -54,22 +54,6 @@ FIELDS = {
     "chat": {"messages", "max_tokens", "max_completion_tokens", "add_generation_prompt", *SAMPLING},
     "embeddings": {"input", "encoding_format", "dimensions", "model"},
 }
-
-
-@dataclass
-class Generated:
-    """One finished generation, as the non-streaming answers report it."""
-
-    prompt_tokens: int
-    text: str = ""
-    completion_tokens: int = 0
-    finish_reason: str = "length"
-
-    def add(self, update: Update) -> None:
-        self.text += update.text
-        self.completion_tokens = update.tokens
-        if update.finish_reason is not None:
-            self.finish_reason = "stop" if update.finish_reason == "stop" else "length"
 
 
 @dataclass(frozen=True)

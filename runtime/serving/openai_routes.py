@@ -1,7 +1,6 @@
 """The handlers of the OpenAI routes (`openai_api.py` holds the request and answer shapes): each checks
 its body alone, then runs through the engine's batcher like the task routes."""
 
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -137,13 +136,7 @@ class OpenAIRoutes:
             job = self.engine.start(rows[0], asked.options)  # refusals (busy, bad input) before the 200
             events = api.chunks(route, self.name, len(rows[0]), self.engine.updates(job), asked.include_usage)
             return StreamingResponse(events, media_type="text/event-stream")
-        results = await until_disconnected(request, all_of([self._generated(row, asked) for row in rows]))
+        results = await until_disconnected(
+            request, all_of([self.engine.complete(row, asked.options) for row in rows])
+        )
         return JSONResponse(api.completion_body(route, self.name, list(results)))
-
-    async def _generated(self, row: list[int], asked: api.GenerationRequest) -> api.Generated:
-        result = api.Generated(len(row))
-        updates = self.engine.generate(row, asked.options)
-        async with contextlib.aclosing(updates):
-            async for update in updates:
-                result.add(update)
-        return result

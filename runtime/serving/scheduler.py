@@ -122,7 +122,6 @@ class Batcher:
         self._ready = threading.Condition()
         self._stopping = False
         self._workers: list[threading.Thread] = []
-        self.batch_sizes: list[int] = []  # rows of each batch run (for tests and the load report)
 
     def submit(self, key: Hashable, rows: int, payload: Any) -> Job:
         """Queue a job (called on the event loop), or raise Overloaded when the queue is full."""
@@ -214,7 +213,6 @@ class Batcher:
 
     def observe(self, rows: int) -> None:
         """Record one batch run of `rows` rows (a step of continuous batching)."""
-        self.batch_sizes.append(rows)
         if self._metrics is not None:
             self._metrics.batch_size.labels(self.name).observe(rows)
 
