@@ -77,6 +77,30 @@ typedef struct {
 int oxf_read_tensor_file(const char *path, oxf_tensor_info *info, oxf_error *err);
 void oxf_tensor_info_free(oxf_tensor_info *info);
 
+/* ---- tokenizers -------------------------------------------------------------------------------- */
+
+/* An export's tokenizer.json, read as the Hugging Face `tokenizers` library reads it: WordPiece (BERT),
+ * byte-level BPE (GPT-2, Llama 3, Qwen), SentencePiece-style BPE with byte fallback (Llama 2, Gemma) and
+ * Unigram (T5, XLM-R), with their normalizers, pre-tokenizers, added tokens and decoders. A part of another
+ * type is refused by name when the tokenizer is opened. */
+typedef struct oxf_tokenizer oxf_tokenizer;
+
+/* The tokenizer of an export folder (its tokenizer.json, checked through the manifest like every file), or
+ * of a tokenizer.json file named directly. */
+oxf_tokenizer *oxf_tokenizer_open(const char *path, oxf_error *err);
+void oxf_tokenizer_close(oxf_tokenizer *tokenizer);
+/* One more than the largest token id. */
+int64_t oxf_tokenizer_size(const oxf_tokenizer *tokenizer);
+
+/* The ids of `n` bytes of UTF-8 text (NUL bytes are characters; text that is not UTF-8 is refused), no
+ * special tokens added: *ids is malloc'd (free() it; NULL when there are none). */
+int oxf_tokenize(const oxf_tokenizer *tokenizer, const char *text, size_t n, int64_t **ids, size_t *n_ids,
+                 oxf_error *err);
+/* The text of `ids` (special tokens left out), malloc'd and NUL-terminated (free() it); *n_text its length.
+ */
+int oxf_detokenize(const oxf_tokenizer *tokenizer, const int64_t *ids, size_t n_ids, char **text,
+                   size_t *n_text, oxf_error *err);
+
 /* ---- models ------------------------------------------------------------------------------------ */
 
 typedef struct oxf_model oxf_model;
@@ -112,6 +136,29 @@ void oxf_generation_free(oxf_generation *generation);
 int oxf_embed(oxf_model *model, const int64_t *ids, size_t n_ids, const char *output, float **values,
               size_t *n_values, oxf_error *err);
 
+/* The model's tokenizer (read from the folder on first use, owned by the model), or NULL with `err`. */
+const oxf_tokenizer *oxf_model_tokenizer(oxf_model *model, oxf_error *err);
+
+typedef struct {
+  char *text;      /* the new text (malloc'd, NUL-terminated), the stop token left out */
+  int64_t *tokens; /* its token ids */
+  size_t n_tokens;
+  size_t prompt_tokens;      /* the framed prompt's length */
+  const char *finish_reason; /* "stop" or "length" */
+} oxf_text_generation;
+
+/* `oxf_generate` from text: the prompt (NUL-terminated UTF-8) tokenized and framed as the manifest says
+ * (<s> + text for GPT, text + </s> for T5's source), the new tokens decoded. A prompt longer than the model
+ * reads is refused. */
+int oxf_generate_text(oxf_model *model, const char *prompt, const oxf_generate_options *options,
+                      oxf_text_generation *out, oxf_error *err);
+void oxf_text_generation_free(oxf_text_generation *generation);
+
+/* `oxf_embed` from text (NUL-terminated UTF-8), tokenized and framed as the manifest says; a text longer than
+ * the model reads keeps its first tokens, as the Python runtime's TextEncoder does. */
+int oxf_embed_text(oxf_model *model, const char *text, const char *output, float **values, size_t *n_values,
+                   oxf_error *err);
+
 /* ---- goldens ----------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -131,7 +178,6 @@ typedef struct {
   size_t files_checked;
   size_t passed;
   size_t failed;
-  size_t tokenizer_not_run; /* tokenizer goldens: this host takes token ids and has no tokenizer */
 } oxf_verify_summary;
 
 /* Check every file of `dir`, then run all its goldens, calling `on_result` for each result. Returns 0

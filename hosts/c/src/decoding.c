@@ -94,10 +94,18 @@ static int greedy(oxf_model *model, const int64_t *first, size_t n_first, const 
   int status = 0;
   if (!in_names || !out_names || !inputs || !cache || !outputs || !owned || !out->tokens)
     status = oxf_fail(err, OXF_INFERENCE_ERROR, "out of memory");
-  /* The empty cache: (1, H, 0, Dh). */
-  int64_t empty[4] = {1, model->heads, 0, model->head_dim};
+  /* The empty cache: (1, H, 0, Dh); in place, zeroed buffers (1, H, L, Dh) with room for the prompt and one
+   * position per step, each fed as a past input and given to ONNX Runtime as its present output, so that
+   * every step writes its keys and values into the same memory (as the Python runtime's IO binding). */
+  bool in_place = model->in_place && cross == NULL;
+  int64_t empty[4] = {1, model->heads, in_place ? (int64_t)(n_first + (budget > 0 ? budget : 1)) : 0,
+                      model->head_dim};
+  size_t cache_bytes = (size_t)(empty[0] * empty[1] * empty[2] * empty[3]) * sizeof(float);
+  float *zeros = in_place && status == 0 ? calloc(cache_bytes / sizeof(float) + 1, sizeof(float)) : NULL;
+  if (in_place && status == 0 && zeros == NULL) status = oxf_fail(err, OXF_INFERENCE_ERROR, "out of memory");
   for (size_t i = 0; status == 0 && i < n_cache; i++)
-    status = oxf_value_create(ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, empty, 4, NULL, 4, &cache[i], err);
+    status = oxf_value_create(ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, empty, 4, zeros, 4, &cache[i], err);
+  free(zeros);
   if (status == 0) {
     for (size_t i = 0; i < n_io; i++) in_names[i] = graph->inputs[i];
     for (size_t i = 0; i < n_cross; i++) in_names[n_io + i] = model->cross[i], inputs[n_io + i] = cross[i];
@@ -110,15 +118,19 @@ static int greedy(oxf_model *model, const int64_t *first, size_t n_first, const 
   while (status == 0 && out->n_tokens < budget) {
     status = make_feeds(graph, &v, inputs, owned, err);
     for (size_t i = 0; status == 0 && i < n_cache; i++) inputs[n_io + n_cross + i] = cache[i];
+    for (size_t i = 0; in_place && i < n_cache; i++) outputs[1 + i] = cache[i]; /* written in place */
     if (status == 0)
-      status = oxf_run(&graph->session, in_names, inputs, n_in, out_names, n_out, outputs, err) ||
+      status = oxf_run_into(&graph->session, in_names, inputs, n_in, out_names, n_out, outputs, err) ||
                last_argmax(outputs[0], &token, err);
     oxf_values_release(owned, n_io);
+    if (in_place) memset(outputs + 1, 0, n_cache * sizeof *outputs); /* the cache owns them */
     if (status != 0) break;
-    /* This step's present.* become the next step's past_key_values.*. */
-    oxf_values_release(cache, n_cache);
-    memcpy(cache, outputs + 1, n_cache * sizeof *cache);
-    memset(outputs + 1, 0, n_cache * sizeof *outputs);
+    if (!in_place) {
+      /* This step's present.* become the next step's past_key_values.*. */
+      oxf_values_release(cache, n_cache);
+      memcpy(cache, outputs + 1, n_cache * sizeof *cache);
+      memset(outputs + 1, 0, n_cache * sizeof *outputs);
+    }
     oxf_values_release(outputs, 1);
     bool stop = false;
     for (size_t i = 0; i < n_stops; i++) stop |= stops[i] == token;

@@ -154,6 +154,12 @@ void oxf_values_release(OrtValue **values, size_t n) {
 int oxf_run(const oxf_session *session, const char *const *input_names, const OrtValue *const *inputs,
             size_t n_in, const char *const *output_names, size_t n_out, OrtValue **outputs, oxf_error *err) {
   for (size_t i = 0; i < n_out; i++) outputs[i] = NULL;
+  return oxf_run_into(session, input_names, inputs, n_in, output_names, n_out, outputs, err);
+}
+
+int oxf_run_into(const oxf_session *session, const char *const *input_names, const OrtValue *const *inputs,
+                 size_t n_in, const char *const *output_names, size_t n_out, OrtValue **outputs,
+                 oxf_error *err) {
   char what[512];
   snprintf(what, sizeof what, "running %s", session->file);
   return oxf_ort_check(

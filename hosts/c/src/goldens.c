@@ -4,14 +4,14 @@
  * passes when each output has the golden's shape and max |got - golden| <= atol + rtol * max |golden|
  * (the manifest's per-graph atol and rtol). End-to-end goldens (goldens/end_to_end.json of a model
  * export): greedy generations from the golden token ids must give exactly the golden tokens and finish
- * reason; sentence embeddings must be within the listed tolerance. The tokenizer goldens need a tokenizer,
- * which this host does not have (it takes token ids): they are counted as not run, never as passed. */
+ * reason; sentence embeddings must be within the listed tolerance, their texts framed by this host's
+ * tokenizer giving exactly the golden input ids; the tokenizer goldens' texts must give exactly their ids. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "tokenizer.h"
 
 typedef struct {
   oxf_result_fn on_result;
@@ -84,9 +84,97 @@ static int string_list(const cJSON *list, const char ***names, size_t *n, const 
   return 0;
 }
 
+static size_t element_size(ONNXTensorElementDataType type) {
+  switch (type) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE:
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: return 8;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT:
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: return 4;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8:
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8:
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL: return 1;
+    default: return 0;
+  }
+}
+
+/* A past (B, H, P, Dh) followed by `room` zero positions: the buffer an in-place decoder writes the step's
+ * keys and values into (runtime/decoding.py with_room), so that its presents have the goldens' shape. */
+static int with_room(oxf_tensor *past, int64_t room, oxf_error *err) {
+  if (past->rank != 4 || past->item_size != 4 || room <= 0) return 0;
+  size_t outer = (size_t)(past->dims[0] * past->dims[1]), inner = (size_t)(past->dims[2] * past->dims[3]);
+  size_t extra = (size_t)room * (size_t)past->dims[3];
+  uint8_t *data = calloc(outer * (inner + extra) + 1, 4);
+  if (data == NULL) return oxf_fail(err, OXF_INFERENCE_ERROR, "out of memory");
+  for (size_t i = 0; i < outer && inner > 0; i++)
+    memcpy(data + i * (inner + extra) * 4, past->data + i * inner * 4, inner * 4);
+  free(past->data);
+  past->data = data;
+  past->dims[2] += room;
+  past->count = outer * (inner + extra);
+  return 0;
+}
+
+/* Run a case one row at a time and join the rows' outputs along the batch axis: ONNX Runtime's
+ * GroupQueryAttention takes batch 1 when a step has both a past and several new tokens, which the runtime's
+ * own steps never have (runtime/goldens.py run_case). */
+static int run_by_row(oxf_session *session, const char **in_names, const oxf_tensor *tensors, size_t n_in,
+                      const char **out_names, size_t n_out, size_t batch, OrtValue **outputs,
+                      oxf_error *err) {
+  OrtValue **row_in = calloc(n_in + 1, sizeof *row_in), **row_out = calloc(n_out + 1, sizeof *row_out);
+  uint8_t **joined = calloc(n_out + 1, sizeof *joined);
+  int64_t(*dims)[OXF_MAX_RANK] = calloc(n_out + 1, sizeof *dims);
+  size_t *rank = calloc(n_out + 1, sizeof *rank), *row_bytes = calloc(n_out + 1, sizeof *row_bytes);
+  ONNXTensorElementDataType *types = calloc(n_out + 1, sizeof *types);
+  int status = row_in && row_out && joined && dims && rank && row_bytes && types
+                   ? 0
+                   : oxf_fail(err, OXF_INFERENCE_ERROR, "out of memory");
+  for (size_t r = 0; status == 0 && r < batch; r++) {
+    for (size_t i = 0; status == 0 && i < n_in; i++) {
+      int64_t one[OXF_MAX_RANK];
+      memcpy(one, tensors[i].dims, sizeof one);
+      one[0] = 1;
+      size_t per_row = tensors[i].count / batch * tensors[i].item_size;
+      status = oxf_value_create((ONNXTensorElementDataType)tensors[i].data_type, one, tensors[i].rank,
+                                tensors[i].data + r * per_row, tensors[i].item_size, &row_in[i], err);
+    }
+    if (status == 0)
+      status =
+          oxf_run(session, in_names, (const OrtValue *const *)row_in, n_in, out_names, n_out, row_out, err);
+    for (size_t i = 0; status == 0 && i < n_out; i++) {
+      size_t count = 0;
+      void *data = NULL;
+      status = oxf_value_shape(row_out[i], dims[i], &rank[i], &types[i], &count, err);
+      if (status == 0 && (rank[i] < 1 || dims[i][0] != 1 || element_size(types[i]) == 0))
+        status = oxf_fail(err, OXF_INFERENCE_ERROR, "%s of one row is not a batch-1 tensor", out_names[i]);
+      if (status == 0 && count > 0)
+        status = oxf_ort_check(oxf_ort->GetTensorMutableData(row_out[i], &data), "reading an output", err);
+      if (status != 0) break;
+      size_t bytes = count * element_size(types[i]);
+      if (r == 0) {
+        row_bytes[i] = bytes;
+        if ((joined[i] = malloc(bytes * batch + 1)) == NULL)
+          status = oxf_fail(err, OXF_INFERENCE_ERROR, "out of memory");
+      } else if (bytes != row_bytes[i]) {
+        status = oxf_fail(err, OXF_INFERENCE_ERROR, "%s has another shape for row %zu", out_names[i], r);
+      }
+      if (status == 0 && bytes > 0) memcpy(joined[i] + r * bytes, data, bytes);
+    }
+    oxf_values_release(row_in, n_in);
+    oxf_values_release(row_out, n_out);
+  }
+  for (size_t i = 0; status == 0 && i < n_out; i++) {
+    dims[i][0] = (int64_t)batch;
+    status =
+        oxf_value_create(types[i], dims[i], rank[i], joined[i], element_size(types[i]), &outputs[i], err);
+  }
+  for (size_t i = 0; joined && i < n_out; i++) free(joined[i]);
+  free(row_in), free(row_out), free(joined), free(dims), free(rank), free(row_bytes), free(types);
+  return status;
+}
+
 /* One golden case: its inputs fed, each output compared (one result per output). */
 static int run_case(oxf_folder *folder, oxf_session *session, const char *file, double atol, double rtol,
-                    const cJSON *golden, sink *out, oxf_error *err) {
+                    bool in_place, const cJSON *golden, sink *out, oxf_error *err) {
   const cJSON *dir = oxf_json_get(golden, "dir", cJSON_String, "goldens.graphs[].cases[].", err);
   const cJSON *label =
       dir ? oxf_json_get(golden, "label", cJSON_String, "goldens.graphs[].cases[].", err) : NULL;
@@ -109,32 +197,50 @@ static int run_case(oxf_folder *folder, oxf_session *session, const char *file, 
     if (!valid) {
       free(in_names);
       free(out_names);
-      return oxf_fail(err, OXF_MANIFEST_ERROR,
-                      "%s: goldens.graphs[].cases[].allowed of %s must be one number >= 0 per output; re-export",
-                      OXF_MANIFEST_NAME, file);
+      return oxf_fail(
+          err, OXF_MANIFEST_ERROR,
+          "%s: goldens.graphs[].cases[].allowed of %s must be one number >= 0 per output; re-export",
+          OXF_MANIFEST_NAME, file);
     }
   } else {
     allowed = NULL;
   }
   OrtValue **inputs = calloc(n_in ? n_in : 1, sizeof *inputs),
            **outputs = calloc(n_out ? n_out : 1, sizeof *outputs);
-  int status = inputs && outputs ? 0 : oxf_fail(err, OXF_INFERENCE_ERROR, "out of memory");
-  for (size_t i = 0; status == 0 && i < n_in; i++) {
-    oxf_tensor tensor;
-    if ((status = read_tensor(folder, dir->valuestring, "input", i, in_names[i], &tensor, err)) != 0) break;
-    /* onnx.TensorProto.DataType numbers are ONNX Runtime's element types. */
-    status = oxf_value_create((ONNXTensorElementDataType)tensor.data_type, tensor.dims, tensor.rank,
-                              tensor.data, tensor.item_size, &inputs[i], err);
-    oxf_tensor_free(&tensor);
-  }
+  oxf_tensor *tensors = calloc(n_in ? n_in : 1, sizeof *tensors);
+  int status = inputs && outputs && tensors ? 0 : oxf_fail(err, OXF_INFERENCE_ERROR, "out of memory");
+  size_t read = 0;
+  for (; status == 0 && read < n_in; read++)
+    if ((status =
+             read_tensor(folder, dir->valuestring, "input", read, in_names[read], &tensors[read], err)) != 0)
+      break;
+  /* An in-place decoder: each past gets room for the step's tokens (runtime/goldens.py run_case). */
+  int64_t new_tokens = 0, past = 0, batch = 0;
+  for (size_t i = 0; in_place && status == 0 && i < n_in; i++)
+    if (strcmp(in_names[i], "input_ids") == 0 && tensors[i].rank == 2)
+      batch = tensors[i].dims[0], new_tokens = tensors[i].dims[1];
+  for (size_t i = 0; in_place && status == 0 && i < n_in; i++)
+    if (oxf_is_past_name(folder->manifest, in_names[i])) {
+      past = tensors[i].rank == 4 ? tensors[i].dims[2] : 0;
+      status = with_room(&tensors[i], new_tokens, err);
+    }
+  bool by_row = in_place && new_tokens > 1 && past > 0 && batch > 1;
+  /* onnx.TensorProto.DataType numbers are ONNX Runtime's element types. */
+  for (size_t i = 0; status == 0 && !by_row && i < n_in; i++)
+    status = oxf_value_create((ONNXTensorElementDataType)tensors[i].data_type, tensors[i].dims,
+                              tensors[i].rank, tensors[i].data, tensors[i].item_size, &inputs[i], err);
   oxf_result result = {"graph", file, label->valuestring, "", 0, NAN, NAN, ""};
   oxf_error run_error;
-  if (status == 0 && oxf_run(session, in_names, (const OrtValue *const *)inputs, n_in, out_names, n_out,
-                             outputs, &run_error) != 0) {
+  if (status == 0 && (by_row ? run_by_row(session, in_names, tensors, n_in, out_names, n_out, (size_t)batch,
+                                          outputs, &run_error)
+                             : oxf_run(session, in_names, (const OrtValue *const *)inputs, n_in, out_names,
+                                       n_out, outputs, &run_error)) != 0) {
     result.detail = run_error.message; /* the case fails; the other cases still run */
     emit(out, &result);
     n_out = 0;
   }
+  for (size_t i = 0; i < read; i++) oxf_tensor_free(&tensors[i]);
+  free(tensors);
   for (size_t i = 0; status == 0 && i < n_out; i++) {
     oxf_tensor want;
     if ((status = read_tensor(folder, dir->valuestring, "output", i, out_names[i], &want, err)) != 0) break;
@@ -196,12 +302,17 @@ static int run_graph(oxf_folder *folder, const cJSON *graph, sink *out, oxf_erro
   if (!(atol->valuedouble >= 0) || !(rtol->valuedouble >= 0))
     return oxf_fail(err, OXF_MANIFEST_ERROR, "%s: the goldens of %s need atol and rtol >= 0; re-export",
                     OXF_MANIFEST_NAME, file->valuestring);
+  bool in_place = false;
+  if (oxf_cache_layout(folder->manifest, &in_place, err) != 0) return -1;
+  const cJSON *decoder = cJSON_GetObjectItemCaseSensitive(
+      cJSON_GetObjectItemCaseSensitive(folder->manifest, "graphs"), "decoder");
+  in_place = in_place && cJSON_IsString(decoder) && strcmp(decoder->valuestring, file->valuestring) == 0;
   oxf_session session;
   if (oxf_session_create(folder, file->valuestring, &session, err) != 0) return -1;
   int status = 0;
   for (const cJSON *golden = cases->child; status == 0 && golden; golden = golden->next)
-    status =
-        run_case(folder, &session, file->valuestring, atol->valuedouble, rtol->valuedouble, golden, out, err);
+    status = run_case(folder, &session, file->valuestring, atol->valuedouble, rtol->valuedouble, in_place,
+                      golden, out, err);
   oxf_session_release(&session);
   return status;
 }
@@ -277,7 +388,13 @@ static int run_embeddings(oxf_model *model, const char *file, const cJSON *embed
     oxf_error run_error;
     char detail[1100] = "";
     oxf_result result = {"embedding", file, text->valuestring, output->valuestring, 0, NAN, NAN, detail};
-    if (oxf_embed(model, ids, n_ids, output->valuestring, &got, &n_got, &run_error) != 0) {
+    int64_t *framed = NULL;
+    size_t n_framed = 0;
+    if (oxf_frame_text(model, text->valuestring, &framed, &n_framed, &run_error) != 0) {
+      snprintf(detail, sizeof detail, "%s", run_error.message);
+    } else if (n_framed != n_ids || memcmp(framed, ids, n_ids * sizeof *ids) != 0) {
+      snprintf(detail, sizeof detail, "the text framed by this host's tokenizer is not the golden input_ids");
+    } else if (oxf_embed(model, ids, n_ids, output->valuestring, &got, &n_got, &run_error) != 0) {
       snprintf(detail, sizeof detail, "%s", run_error.message);
     } else if (n_got != (size_t)cJSON_GetArraySize(want)) {
       snprintf(detail, sizeof detail, "%zu values, golden %d", n_got, cJSON_GetArraySize(want));
@@ -295,9 +412,39 @@ static int run_embeddings(oxf_model *model, const char *file, const cJSON *embed
       result.ok = diff <= result.allowed;
     }
     emit(out, &result);
+    free(framed);
     free(got);
     free(ids);
   }
+  return 0;
+}
+
+/* A tokenizer golden: the text's ids, exactly. */
+static int run_tokenizer(oxf_model *model, const char *file, const cJSON *item, sink *out, oxf_error *err) {
+  const cJSON *text = oxf_json_get(item, "text", cJSON_String, "end_to_end tokenizer[].", err);
+  const cJSON *want = text ? oxf_json_get(item, "ids", cJSON_Array, "end_to_end tokenizer[].", err) : NULL;
+  if (want == NULL) return -1;
+  char detail[1100] = "";
+  oxf_result result = {"tokenizer", file, text->valuestring, "", 0, NAN, NAN, detail};
+  oxf_error run_error;
+  const oxf_tokenizer *tokenizer = oxf_model_tokenizer(model, &run_error);
+  int64_t *ids = NULL;
+  size_t n_ids = 0;
+  if (tokenizer == NULL ||
+      oxf_tokenize(tokenizer, text->valuestring, strlen(text->valuestring), &ids, &n_ids, &run_error) != 0) {
+    snprintf(detail, sizeof detail, "%s", run_error.message);
+  } else {
+    size_t i = 0;
+    const cJSON *id = want->child;
+    while (i < n_ids && id != NULL && cJSON_IsNumber(id) && id->valuedouble == (double)ids[i])
+      i++, id = id->next;
+    result.ok = i == n_ids && id == NULL;
+    if (!result.ok)
+      snprintf(detail, sizeof detail, "%zu ids, golden %d; they first differ at id %zu", n_ids,
+               cJSON_GetArraySize(want), i);
+  }
+  emit(out, &result);
+  free(ids);
   return 0;
 }
 
@@ -316,7 +463,9 @@ static int run_end_to_end(oxf_folder *folder, const char *file, sink *out, oxf_e
     status = oxf_json_int(cJSON_GetObjectItemCaseSensitive(config, "vocab_size"), 1, (int64_t)1 << 31, &vocab,
                           "config.vocab_size", err);
   const cJSON *tokenizer = cJSON_GetObjectItemCaseSensitive(golden, "tokenizer");
-  out->summary->tokenizer_not_run += cJSON_IsArray(tokenizer) ? (size_t)cJSON_GetArraySize(tokenizer) : 0;
+  for (const cJSON *item = cJSON_IsArray(tokenizer) ? tokenizer->child : NULL; status == 0 && item;
+       item = item->next)
+    status = run_tokenizer(model, file, item, out, err);
   const cJSON *greedy = cJSON_GetObjectItemCaseSensitive(golden, "greedy");
   for (const cJSON *item = cJSON_IsArray(greedy) ? greedy->child : NULL; status == 0 && item;
        item = item->next)
@@ -338,7 +487,8 @@ int oxf_verify(const char *dir, oxf_result_fn on_result, void *user, oxf_verify_
   if (folder == NULL) return -1;
   sink out = {on_result, user, summary};
   int status = oxf_folder_check_all(folder, &summary->files_checked, err);
-  if (status == 0) status = oxf_check_cache_layout(folder->manifest, err);
+  bool in_place;
+  if (status == 0) status = oxf_cache_layout(folder->manifest, &in_place, err);
   const cJSON *goldens = cJSON_GetObjectItemCaseSensitive(folder->manifest, "goldens");
   const cJSON *graphs = cJSON_GetObjectItemCaseSensitive(goldens, "graphs");
   if (status == 0 && !cJSON_IsArray(graphs))

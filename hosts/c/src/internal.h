@@ -111,6 +111,10 @@ int oxf_value_shape(const OrtValue *value, int64_t *dims, size_t *rank, ONNXTens
 void oxf_values_release(OrtValue **values, size_t n);
 int oxf_run(const oxf_session *session, const char *const *input_names, const OrtValue *const *inputs,
             size_t n_in, const char *const *output_names, size_t n_out, OrtValue **outputs, oxf_error *err);
+/* oxf_run into the outputs that are not NULL (ONNX Runtime writes into them; an in-place cache). */
+int oxf_run_into(const oxf_session *session, const char *const *input_names, const OrtValue *const *inputs,
+                 size_t n_in, const char *const *output_names, size_t n_out, OrtValue **outputs,
+                 oxf_error *err);
 
 /* ---- model.c (loading), decoding.c (running) ---- */
 typedef enum { GENERATE, ENCODE, SEQ2SEQ } task_kind;
@@ -135,14 +139,26 @@ struct oxf_model {
   int64_t *stop_tokens;
   size_t n_stop_tokens;
   int64_t max_new_tokens, start_token;
+  bool in_place; /* the decoder writes its cache in place (kv_cache.layout max_sequence) */
+  /* Read on first use of text (model_text.c): the tokenizer and the framing of the task's text. */
+  struct oxf_tokenizer *tokenizer;
+  int64_t *prefix, *suffix; /* special-token ids before and after the text's tokens */
+  size_t n_prefix, n_suffix;
+  int64_t max_length; /* the most ids a framed text may have */
 };
 
 /* The graph output name of `key` (io.<role>.outputs), or NULL with `err` filled. */
 const char *oxf_output_name(const graph_role *graph, const char *key, const char *role, oxf_error *err);
 int oxf_model_from_folder(oxf_folder *folder, oxf_model **model, oxf_error *err);
-/* A manifest's kv_cache.layout (when it has a kv_cache) must be the one this host feeds: past in, past +
-   new out. An in-place cache (`onnxformer optimize`'s default) is refused before any session is made. */
-int oxf_check_cache_layout(const cJSON *manifest, oxf_error *err);
+/* A manifest's kv_cache.layout (when it has a kv_cache): past in and past + new out, or (`onnxformer
+   optimize`'s default) one buffer of max_sequence positions bound as both past and present, which the step
+   writes in place (*in_place). Another layout is refused before any session is made. */
+int oxf_cache_layout(const cJSON *manifest, bool *in_place, oxf_error *err);
+/* Whether `name` is a past key or value input of the manifest's kv_cache ("{i}" a layer number). */
+bool oxf_is_past_name(const cJSON *manifest, const char *name);
 void oxf_model_detach(oxf_model *model); /* close without closing the folder */
+/* The text framed as the task's text (model_text.c): a prompt or source past the context is refused, an
+ * encode export's text cut to its first tokens. *ids malloc'd. */
+int oxf_frame_text(oxf_model *model, const char *text, int64_t **ids, size_t *n, oxf_error *err);
 
 #endif

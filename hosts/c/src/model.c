@@ -71,29 +71,44 @@ static bool layout_is(const cJSON *layout, const char *const *names, int n) {
   return true;
 }
 
-int oxf_check_cache_layout(const cJSON *manifest, oxf_error *err) {
+int oxf_cache_layout(const cJSON *manifest, bool *in_place, oxf_error *err) {
   static const char *const CONCAT[] = {"batch", "heads", "sequence", "head_dim"};
   static const char *const IN_PLACE[] = {"batch", "heads", "max_sequence", "head_dim"};
+  *in_place = false;
   const cJSON *kv = cJSON_GetObjectItemCaseSensitive(manifest, "kv_cache");
   if (kv == NULL || cJSON_IsNull(kv)) return 0;
   const cJSON *layout = cJSON_GetObjectItemCaseSensitive(kv, "layout");
-  if (layout_is(layout, IN_PLACE, 4))
-    return oxf_fail(err, OXF_MANIFEST_ERROR,
-                    "%s: kv_cache.layout says the decoder writes its cache in place (an `onnxformer "
-                    "optimize` export), which this host does not bind; optimize with --kv-cache concat for "
-                    "the C host",
-                    OXF_MANIFEST_NAME);
-  if (!layout_is(layout, CONCAT, 4))
-    return oxf_fail(err, OXF_MANIFEST_ERROR,
-                    "%s: kv_cache.layout must be [\"batch\", \"heads\", \"sequence\", \"head_dim\"]; "
-                    "re-export the folder with onnxformer",
-                    OXF_MANIFEST_NAME);
+  *in_place = layout_is(layout, IN_PLACE, 4);
+  if (!*in_place && !layout_is(layout, CONCAT, 4))
+    return oxf_fail(
+        err, OXF_MANIFEST_ERROR,
+        "%s: kv_cache.layout must be [\"batch\", \"heads\", \"sequence\", \"head_dim\"] or "
+        "[\"batch\", \"heads\", \"max_sequence\", \"head_dim\"]; re-export the folder with onnxformer",
+        OXF_MANIFEST_NAME);
   return 0;
+}
+
+bool oxf_is_past_name(const cJSON *manifest, const char *name) {
+  const cJSON *kv = cJSON_GetObjectItemCaseSensitive(manifest, "kv_cache");
+  static const char *const FIELDS[] = {"past_key", "past_value"};
+  for (size_t f = 0; f < 2; f++) {
+    const cJSON *pattern = cJSON_GetObjectItemCaseSensitive(kv, FIELDS[f]);
+    const char *at = cJSON_IsString(pattern) ? strstr(pattern->valuestring, "{i}") : NULL;
+    if (at == NULL) continue;
+    size_t head = (size_t)(at - pattern->valuestring), tail = strlen(at + 3), n = strlen(name);
+    if (n <= head + tail || strncmp(name, pattern->valuestring, head) != 0 ||
+        strcmp(name + n - tail, at + 3) != 0)
+      continue;
+    bool digits = true;
+    for (size_t i = head; i < n - tail; i++) digits &= name[i] >= '0' && name[i] <= '9';
+    if (digits) return true;
+  }
+  return false;
 }
 
 static int read_layout(oxf_model *model, const cJSON *manifest, bool cross, oxf_error *err) {
   const cJSON *kv = oxf_json_get(manifest, "kv_cache", cJSON_Object, "", err);
-  if (kv == NULL || oxf_check_cache_layout(manifest, err) != 0) return -1;
+  if (kv == NULL || oxf_cache_layout(manifest, &model->in_place, err) != 0) return -1;
   int64_t layers;
   if (oxf_json_int(cJSON_GetObjectItemCaseSensitive(kv, "layers"), 1, 1024, &layers, "kv_cache.layers",
                    err) ||
@@ -242,6 +257,9 @@ void oxf_model_detach(oxf_model *model) {
   free_names(model->present, 2 * model->layers);
   free_names(model->cross, 2 * model->layers);
   free(model->stop_tokens);
+  oxf_tokenizer_close(model->tokenizer);
+  free(model->prefix);
+  free(model->suffix);
   free(model);
   oxf_engine_release();
 }
