@@ -60,6 +60,16 @@ async function engine() {
   return state.engines.get(name);
 }
 
+/**
+ * The GPU adapter ONNX Runtime made its WebGPU device on ("google swiftshader", a vendor and an
+ * architecture), or "none" while it has made none: the device, not navigator.gpu, says the engine has one.
+ */
+function adapterName(runner) {
+  const info = runner.ort.env.webgpu.device?.adapterInfo;
+  if (info === undefined) return "none";
+  return [info.vendor, info.architecture].filter(Boolean).join(" ") || "unnamed";
+}
+
 async function openExport({ url, files }) {
   setStatus("Opening…", "busy");
   await state.reader?.release();
@@ -77,14 +87,15 @@ async function openExport({ url, files }) {
   state.reader = manifest.graphs?.attentions ? await AttentionReader.load(model) : null;
   const ms = Math.round(performance.now() - started);
   const sessions = Object.keys(model.graphs).length + (state.reader ? 1 : 0);
+  const adapter = runner.name === "webgpu" ? adapterName(runner) : null;
   setStatus(
     `${folder.root}: ${manifest.family} (${manifest.task}) on ${runner.name}` +
-      `${runner.name === "wasm" ? `, ${runner.ort.env.wasm.numThreads} thread(s)` : ""}; ` +
-      `tokenizer and ${sessions} graph(s) checked against manifest.json's sha256 and loaded in ${ms} ms`,
+      (adapter === null ? `, ${runner.ort.env.wasm.numThreads} thread(s)` : ` (adapter: ${adapter})`) +
+      `; tokenizer and ${sessions} graph(s) checked against manifest.json's sha256 and loaded in ${ms} ms`,
     "ready",
   );
-  $("status").dataset.family = manifest.family;
-  $("status").dataset.engine = runner.name;
+  const shown = $("status").dataset;
+  Object.assign(shown, { family: manifest.family, engine: runner.name, adapter: adapter ?? "" });
   $("goldens-section").hidden = false;
   $("goldens-summary").textContent = "";
   $("goldens-table").replaceChildren();
