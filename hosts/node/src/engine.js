@@ -23,6 +23,9 @@ export class Engine {
     this.name = name;
     this.ort = ort;
     this.threads = threads;
+    // Whether session.run writes the tensors passed as `fetches` (pre-allocated outputs), which an
+    // in-place KV cache binds (kvcache.js); the platform says so (onnxruntime-node does).
+    this.bindsOutputs = ENGINES[name]?.bindsOutputs === true;
   }
 
   /**
@@ -88,7 +91,10 @@ export class Graph {
     return this.session.outputNames;
   }
 
-  /** Run with `feeds` (name -> engine tensor); returns name -> tensor for the `outputs` asked for. */
+  /**
+   * Run with `feeds` (name -> engine tensor); returns name -> tensor for the `outputs` asked for: names, or
+   * name -> a tensor to write into (`bindsOutputs` engines) or null (ONNX Runtime's `fetches`).
+   */
   async run(feeds, outputs) {
     try {
       return await this.session.run(feeds, outputs);

@@ -62,12 +62,8 @@ export class TextGenerator extends ExportModel {
     const request = this.#request(this.#frameAll(single ? [prompt] : prompt), options, TEXT_OPTIONS);
     const texts = [];
     for (const row of request.rows) {
-      const { tokens } = await decode(
-        this.#step,
-        row,
-        this.cache.empty(this.engine),
-        this.#loop(request, row),
-      );
+      const loop = this.#loop(request, row);
+      const { tokens } = await decode(this.#step, row, this.#emptyCache(row, loop.budget), loop);
       texts.push(cut(this.tokenizer.decode(tokens), request.stop));
     }
     return single ? texts[0] : texts;
@@ -87,7 +83,8 @@ export class TextGenerator extends ExportModel {
     const request = this.#request(rows, options, ID_OPTIONS);
     const results = [];
     for (const row of rows) {
-      results.push(await decode(this.#step, row, this.cache.empty(this.engine), this.#loop(request, row)));
+      const loop = this.#loop(request, row);
+      results.push(await decode(this.#step, row, this.#emptyCache(row, loop.budget), loop));
     }
     return single ? results[0] : results;
   }
@@ -108,13 +105,9 @@ export class TextGenerator extends ExportModel {
 
   async *#stream(request) {
     const [row] = request.rows;
+    const loop = this.#loop(request, row);
     let emitted = 0;
-    for await (const state of decodeSteps(
-      this.#step,
-      row,
-      this.cache.empty(this.engine),
-      this.#loop(request, row),
-    )) {
+    for await (const state of decodeSteps(this.#step, row, this.#emptyCache(row, loop.budget), loop)) {
       const text = this.tokenizer.decode(state.tokens);
       let end = cut(text, request.stop).length;
       if (state.finishReason === null) {
@@ -169,17 +162,25 @@ export class TextGenerator extends ExportModel {
     ).rows;
   }
 
-  /** ids (1, T) with the cache (1, H, P, Dh) -> logits at the last position (V,), the cache with P + T. */
+  /**
+   * The first step's cache of `row`: empty, or for an in-place cache buffers with room for the prompt and
+   * one token per later step (the last token chosen is never fed), as the Python runtime's.
+   */
+  #emptyCache(row, budget) {
+    return this.cache.empty(this.engine, row.length + Math.max(budget, 1));
+  }
+
+  /**
+   * ids (1, T) with the cache (1, H, P, Dh), or an in-place buffer holding P positions, -> logits at the
+   * last position (V,), the cache with P + T.
+   */
   #step = async (ids, cache, total) => {
     const feeds = pick(this.io.decoder, {
       input_ids: this.engine.ids(ids),
       attention_mask: this.engine.ones(total),
     });
-    const outputs = await this.graphs.decoder.run({ ...feeds, ...cache }, [
-      this.logits,
-      ...this.cache.presentNames,
-    ]);
-    return { logits: lastPosition(outputs[this.logits]), cache: this.cache.next(outputs) };
+    const step = await this.cache.run(this.graphs.decoder, feeds, cache, [this.logits]);
+    return { logits: lastPosition(step.outputs[this.logits]), cache: step.cache };
   };
 }
 

@@ -3,7 +3,8 @@
  *
  * Graph goldens: each case's `input_i.pb` are fed to the graph and every `output_i.pb` is compared; a case
  * passes when each output has the golden's shape and max |got - golden| is within its allowance: the case's
- * own `allowed[i]` (derived from the float64 figures at export), or else atol + rtol * max |golden|.
+ * own `allowed[i]` (derived from the float64 figures at export), or else atol + rtol * max |golden|. The
+ * decoder of an in-place KV cache (`onnxformer optimize`) is fed its goldens' pasts with room for the step.
  * End-to-end goldens (model exports): tokenizer ids must be equal, greedy generations must give exactly the
  * golden tokens and finish reason, sentence embeddings must be within the listed tolerance.
  * Every file is read through the folder, so its size and sha256 are checked before use.
@@ -12,7 +13,8 @@
 import { Engine, loadEngine } from "./engine.js";
 import { GoldenError } from "./errors.js";
 import { ExportFolder } from "./folder.js";
-import { refuseInPlaceCache } from "./kvcache.js";
+import { CacheLayout, isInPlace, refuseCrossInPlace, withRoom } from "./kvcache.js";
+import { TASKS } from "./manifest.js";
 import { openFolder } from "./open.js";
 import { decodeTensorProto } from "./tensorproto.js";
 
@@ -27,7 +29,8 @@ export async function verifyExport(dir, { engine = "native", threads } = {}) {
 
 /** `verifyExport` on an opened folder, on an engine named or given (an Engine, as a web page makes). */
 export async function verifyFolder(folder, { engine = "native", threads } = {}) {
-  refuseInPlaceCache(folder.manifest.kv_cache);
+  const manifest = folder.manifest;
+  refuseCrossInPlace(manifest.kv_cache, { cross: TASKS[manifest.task]?.cross === true });
   for (const entry of folder.manifest.files) await folder.read(entry.path);
   const goldens = folder.manifest.goldens;
   if (goldens == null || !Array.isArray(goldens.graphs)) {
@@ -75,18 +78,21 @@ function maxAbs(values) {
 async function runGraphGoldens(folder, engine, graph) {
   const checked = await folder.graph(graph.file);
   const session = await engine.createSession(checked.bytes, folder.entry(graph.file), checked.externalData);
+  const pasts = inPlacePasts(folder.manifest, graph.file);
   const results = [];
   try {
     for (const golden of graph.cases) {
       const where = { check: "graph", file: graph.file, label: golden.label, dir: golden.dir };
-      const feeds = {};
+      const inputs = {};
       for (const [index, name] of golden.inputs.entries()) {
-        const tensor = await readTensor(folder, `${golden.dir}/input_${index}.pb`, name);
-        feeds[name] = engine.tensor(tensor.dtype, tensor.data, tensor.dims);
+        inputs[name] = await readTensor(folder, `${golden.dir}/input_${index}.pb`, name);
       }
       let outputs;
       try {
-        outputs = await session.run(feeds, golden.outputs);
+        outputs =
+          pasts === null
+            ? await session.run(feedsOf(engine, inputs), golden.outputs)
+            : await runInPlace(session, engine, inputs, pasts, golden.outputs);
       } catch (error) {
         results.push({ ...where, output: null, ok: false, detail: error.message });
         continue;
@@ -103,6 +109,60 @@ async function runGraphGoldens(folder, engine, graph) {
     await session.release();
   }
   return results;
+}
+
+/** name -> engine tensor of decoded tensors. */
+function feedsOf(engine, tensors) {
+  return Object.fromEntries(
+    Object.entries(tensors).map(([name, { dtype, data, dims }]) => [name, engine.tensor(dtype, data, dims)]),
+  );
+}
+
+/** The past names of the in-place decoder when `file` is it (its goldens are fed with room), else null. */
+function inPlacePasts(manifest, file) {
+  if (!isInPlace(manifest.kv_cache) || manifest.graphs?.decoder !== file) return null;
+  return new CacheLayout(manifest.kv_cache, { cross: false }).pastNames;
+}
+
+/**
+ * A golden case (past (B, H, P, Dh) in, past + new out) on an in-place decoder, as the Python runtime
+ * runs it (runtime/goldens.py run_case): each past with room for the step's T tokens, so the presents have
+ * the goldens' shape; a step with a past and several new tokens one row at a time, since ONNX Runtime's
+ * GroupQueryAttention takes batch 1 there (the runtime's own steps never do: the prompt has no past, and
+ * later steps add one token).
+ */
+async function runInPlace(session, engine, inputs, pasts, names) {
+  const [batch, room] = inputs.input_ids.dims;
+  const padded = withRoom(inputs, pasts, room);
+  const past = inputs[pasts[0]].dims[2];
+  if (room === 1 || past === 0 || batch === 1) return session.run(feedsOf(engine, padded), names);
+  const rows = [];
+  for (let row = 0; row < batch; row++) {
+    rows.push(await session.run(feedsOf(engine, batchRow(padded, row)), names));
+  }
+  return Object.fromEntries(names.map((name) => [name, joinRows(rows.map((outputs) => outputs[name]))]));
+}
+
+/** Row `row` of every tensor (batch first) as a batch of one. */
+function batchRow(tensors, row) {
+  return Object.fromEntries(
+    Object.entries(tensors).map(([name, { dtype, data, dims }]) => {
+      const size = data.length / dims[0];
+      const part = data.subarray(row * size, (row + 1) * size);
+      return [name, { dtype, data: part, dims: [1, ...dims.slice(1)] }];
+    }),
+  );
+}
+
+/** Batches of one (engine tensors) stacked on the batch axis. */
+function joinRows(tensors) {
+  const data = new tensors[0].data.constructor(tensors.reduce((sum, tensor) => sum + tensor.data.length, 0));
+  let offset = 0;
+  for (const tensor of tensors) {
+    data.set(tensor.data, offset);
+    offset += tensor.data.length;
+  }
+  return { data, dims: [tensors.length, ...tensors[0].dims.slice(1)] };
 }
 
 async function readTensor(folder, file, name) {

@@ -25,6 +25,9 @@ export const INPUT_NAMES = [
 ];
 
 export const CACHE_LAYOUT = ["batch", "heads", "sequence", "head_dim"];
+// The in-place cache of an optimised decoder (`onnxformer optimize`): past and present are one buffer of
+// max_sequence >= past + new positions, the step's keys and values written after the past ones.
+export const IN_PLACE_LAYOUT = ["batch", "heads", "max_sequence", "head_dim"];
 
 function fail(where, problem) {
   return new ManifestError(`manifest.json: ${where} ${problem}; re-export the folder with onnxformer`);

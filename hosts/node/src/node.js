@@ -18,8 +18,12 @@ function singleThreadedWasm(ort) {
   ort.env.wasm.numThreads = 1;
 }
 
+/**
+ * `bindsOutputs`: session.run writes into the output tensors passed in `fetches` (onnxruntime-node wraps
+ * their memory; onnxruntime-web copies them into its heap and does not copy CPU outputs back).
+ */
 export const ENGINES = {
-  native: { module: "onnxruntime-node", provider: "cpu" },
+  native: { module: "onnxruntime-node", provider: "cpu", bindsOutputs: true },
   wasm: { module: "onnxruntime-web", provider: "wasm", setup: singleThreadedWasm },
 };
 

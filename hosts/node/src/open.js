@@ -8,7 +8,7 @@ import { SentenceEncoder } from "./encoder.js";
 import { ManifestError } from "./errors.js";
 import { ExportFolder } from "./folder.js";
 import { TextGenerator } from "./generator.js";
-import { refuseInPlaceCache } from "./kvcache.js";
+import { refuseCrossInPlace } from "./kvcache.js";
 import { TASKS } from "./manifest.js";
 import { TextToText } from "./seq2seq.js";
 
@@ -42,7 +42,7 @@ export async function openFolder(folder, { engine = "native", threads } = {}) {
       `${folder.root} has task ${JSON.stringify(task)}; this host runs ${Object.keys(CLASSES).join(", ")}`,
     );
   }
-  refuseInPlaceCache(folder.manifest.kv_cache); // before any session
+  refuseCrossInPlace(folder.manifest.kv_cache, TASKS[task]); // before any session
   const runner = engine instanceof Engine ? engine : await loadEngine(engine, { threads });
   return CLASSES[task].load(folder, runner);
 }

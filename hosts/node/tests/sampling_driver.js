@@ -4,7 +4,8 @@
 //                                                                     -> {"tokens": [per config (steps, B)]}
 //   {"op": "beam", "vocab": V, "table": [[base64 float32 (V, V)] per length], "cases": [...]}
 //     logits of a fake decoder: table[total - 1] row `last token` -> {"results": [...]}
-//   {"op": "generate", "dir": DIR, "calls": [{"method", "input", "options"}]} -> {"results": [...]}
+//   {"op": "generate", "dir": DIR, "engine"?: "native"|"wasm", "calls": [{"method", "input", "options"}]}
+//                                                                     -> {"results": [...]}
 // Seeds travel as decimal strings (BigInt here), so seeds past 2**53 stay exact.
 
 import { beamSearch } from "../src/beam.js";
@@ -66,7 +67,7 @@ async function answer() {
     return { results };
   }
   if (request.op === "generate") {
-    const model = await openExport(request.dir, { threads: 1 });
+    const model = await openExport(request.dir, { engine: request.engine ?? "native", threads: 1 });
     try {
       const results = [];
       for (const { method, input, options } of request.calls) {
