@@ -16,8 +16,8 @@ KVCacheOption = Annotated[
     typer.Option(
         "--kv-cache",
         help="Decoders: in-place writes each step's keys and values into one preallocated buffer the "
-        "runtime binds (a step's cost nearly flat in the context; the Python runtime runs it); concat keeps "
-        "past in, past + new out (what the Node, browser and transformers.js hosts run).",
+        "runtime binds (a step's cost nearly flat in the context; the Python runtime and the Node, browser "
+        "and C hosts run it); concat keeps past in, past + new out (what transformers.js runs).",
     ),
 ]
 

@@ -230,7 +230,7 @@ def optimize_export(
     return its manifest. `tasks=False` skips the task metrics of int8 exports (for models not trained on
     the built-in tasks, e.g. random weights). `kv_cache="in-place"` (with fusion, for decoder-only
     models) makes the decoder write its KV cache into a preallocated buffer (`cache.py`); "concat" keeps
-    the plain export's past in, past + new out (what the Node and browser hosts run)."""
+    the plain export's past in, past + new out (for transformers.js; every onnxformer host runs both)."""
     if not fuse and quantize is None:
         raise ExportError("nothing to do: ask for fusion, quantize='int8', or both")
     if kv_cache not in CACHE_UPDATES:

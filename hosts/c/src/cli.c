@@ -287,9 +287,10 @@ static int bench(int argc, char **argv) {
   }
   oxf_error err;
   oxf_model *model = oxf_model_open(dir, &err);
-  double *steps = calloc((size_t)runs, sizeof *steps);
-  int code = model == NULL ? cli_fail(&err) : steps == NULL ? 2 : 0;
+  double *steps = calloc((size_t)runs, sizeof *steps), *firsts = calloc((size_t)runs, sizeof *firsts);
+  int code = model == NULL ? cli_fail(&err) : steps == NULL || firsts == NULL ? 2 : 0;
   size_t generated = 0;
+  oxf_generation kept = {0};
   for (long run = -1; code == 0 && run < runs; run++) { /* run -1 warms up */
     double took[2];
     for (int k = 0; k < 2 && code == 0; k++) {
@@ -301,21 +302,36 @@ static int bench(int argc, char **argv) {
         break;
       }
       took[k] = seconds_now() - start;
-      if (k == 0) generated = out.n_tokens;
-      oxf_generation_free(&out);
+      if (k == 0) {
+        generated = out.n_tokens;
+        oxf_generation_free(&kept);
+        kept = out;
+      } else {
+        oxf_generation_free(&out);
+      }
     }
     if (code == 0 && generated < 2) {
       fprintf(stderr, "onnxformer-c: the prompt leaves room for %zu tokens; give a shorter one\n", generated);
       code = 2;
     }
-    if (code == 0 && run >= 0) steps[run] = (took[0] - took[1]) / (double)(generated - 1);
+    if (code == 0 && run >= 0) {
+      steps[run] = (took[0] - took[1]) / (double)(generated - 1);
+      firsts[run] = took[1];
+    }
   }
   if (code == 0) {
+    printf("{\"steps_ms\": [");
+    for (long i = 0; i < runs; i++) printf("%s%.4f", i ? ", " : "", steps[i] * 1e3);
+    printf("], \"prefill_ms\": [");
+    for (long i = 0; i < runs; i++) printf("%s%.4f", i ? ", " : "", firsts[i] * 1e3);
     qsort(steps, (size_t)runs, sizeof *steps, by_value);
-    printf("{\"ms_per_token\": %.4f, \"tokens\": %zu, \"runs\": %ld, \"onnxruntime\": \"%s\"}\n",
-           steps[runs / 2] * 1e3, generated, runs, oxf_onnxruntime_version());
+    printf("], \"ms_per_token\": %.4f, \"output_ids\": [", steps[runs / 2] * 1e3);
+    for (size_t i = 0; i < kept.n_tokens; i++) printf("%s%lld", i ? ", " : "", (long long)kept.tokens[i]);
+    printf("], \"runs\": %ld, \"onnxruntime\": \"%s\"}\n", runs, oxf_onnxruntime_version());
   }
+  oxf_generation_free(&kept);
   free(steps);
+  free(firsts);
   free(ids);
   oxf_model_close(model);
   return code;

@@ -202,7 +202,7 @@ static int add_categories(char_set *cs, uint32_t mask, const char *extra, bool n
       }
     for (int c = 0; c < N_CATEGORIES && status == 0; c++)
       if (left & BIT(c)) {
-        snprintf(name, sizeof name, "\\p{%s}", category_names[c]);
+        snprintf(name, sizeof name, "\\p{%.2s}", category_names[c]);
         status = oxf_str_add(&item.set, name, strlen(name), err);
       }
     for (size_t i = 0; i < sizeof recategorized / sizeof *recategorized && status == 0; i++) {
