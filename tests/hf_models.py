@@ -222,14 +222,10 @@ def mistral_folder(folder: Path) -> Path:
     )  # fmt: skip
 
 
-def byte_fallback_bpe_tokenizer() -> Tokenizer:
-    """SentencePiece-style BPE as Gemma's tokenizer.json has it: spaces become "▁" (no pre-tokenizer), and a
-    character outside the vocabulary falls back to its UTF-8 bytes as <0xXX> tokens."""
-    specials = ["<pad>", "<eos>", "<bos>", "<unk>"]
-    trained = Tokenizer(models.BPE(unk_token="<unk>"))
-    trained.normalizer = normalizers.Replace(" ", "\u2581")
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=specials, show_progress=False)
-    trained.train_from_iterator(CORPUS, trainer=trainer)
+def with_byte_fallback(trained: Tokenizer, specials: list[str]) -> Tokenizer:
+    """A trained BPE tokenizer as SentencePiece writes one: the special tokens first, then the 256 byte
+    tokens <0x00> .. <0xFF> (a character outside the vocabulary falls back to its UTF-8 bytes), then its
+    pieces; unknown pieces fused."""
     data = json.loads(trained.to_str())
     words = [t for t, _ in sorted(data["model"]["vocab"].items(), key=lambda kv: kv[1]) if t not in specials]
     pieces = [*specials, *(f"<0x{b:02X}>" for b in range(256)), *words]
@@ -241,7 +237,18 @@ def byte_fallback_bpe_tokenizer() -> Tokenizer:
          "special": True}
         for i, t in enumerate(specials)
     ]  # fmt: skip
-    tok = Tokenizer.from_str(json.dumps(data))
+    return Tokenizer.from_str(json.dumps(data))
+
+
+def byte_fallback_bpe_tokenizer() -> Tokenizer:
+    """SentencePiece-style BPE as Gemma's tokenizer.json has it: spaces become "▁" (no pre-tokenizer), and a
+    character outside the vocabulary falls back to its UTF-8 bytes as <0xXX> tokens."""
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>"]
+    trained = Tokenizer(models.BPE(unk_token="<unk>"))
+    trained.normalizer = normalizers.Replace(" ", "\u2581")
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=specials, show_progress=False)
+    trained.train_from_iterator(CORPUS, trainer=trainer)
+    tok = with_byte_fallback(trained, specials)
     tok.decoder = decoders.Sequence(
         [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
     )

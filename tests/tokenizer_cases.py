@@ -16,6 +16,7 @@ import random
 import unicodedata
 from pathlib import Path
 
+from hf_models import with_byte_fallback
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -199,18 +200,7 @@ def _byte_fallback(
     trained = Tokenizer(models.BPE(unk_token="<unk>"))
     trained.normalizer = normalizers.Replace(" ", "\u2581")
     _bpe_trained(trained, specials, vocab=900)
-    data = json.loads(trained.to_str())
-    words = [t for t, _ in sorted(data["model"]["vocab"].items(), key=lambda kv: kv[1]) if t not in specials]
-    pieces = [*specials, *(f"<0x{b:02X}>" for b in range(256)), *words]
-    data["model"]["vocab"] = {piece: index for index, piece in enumerate(pieces)}
-    data["model"]["byte_fallback"] = True
-    data["model"]["fuse_unk"] = True
-    data["added_tokens"] = [
-        {"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
-         "special": True}
-        for i, t in enumerate(specials)
-    ]  # fmt: skip
-    tok = Tokenizer.from_str(json.dumps(data))
+    tok = with_byte_fallback(trained, specials)
     tok.normalizer = normalizer
     tok.decoder = decoder
     return tok

@@ -111,7 +111,7 @@ static bool is_numeric(uint32_t c) {
 }
 
 /* The regex crate's \w: Alphabetic, marks, decimal numbers, connector punctuation, Join_Control. */
-static bool is_word(uint32_t c) {
+bool oxf_is_word_char(uint32_t c) {
   switch (utf8proc_category((utf8proc_int32_t)c)) {
     case UTF8PROC_CATEGORY_LU:
     case UTF8PROC_CATEGORY_LL:
@@ -243,12 +243,12 @@ static int word_segments(const char *text, size_t n, segments *out, oxf_error *e
       at = next;
       continue;
     }
-    bool word = is_word(c);
+    bool word = oxf_is_word_char(c);
     at = next;
     while (at < n) {
       next = at;
       c = oxf_utf8_next(text, &next);
-      if (oxf_is_whitespace(c) || is_word(c) != word) break;
+      if (oxf_is_whitespace(c) || oxf_is_word_char(c) != word) break;
       at = next;
     }
     if (add_segment(out, start, at, false, err) != 0) return -1;

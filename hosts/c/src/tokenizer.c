@@ -176,26 +176,6 @@ static int parse_added(oxf_tokenizer *t, const cJSON *list, oxf_error *err) {
   return 0;
 }
 
-static bool is_word_char(uint32_t c) {
-  /* The `regex` crate's \w: Alphabetic, marks, decimal digits, connector punctuation, joiners. */
-  switch (utf8proc_category((utf8proc_int32_t)c)) {
-    case UTF8PROC_CATEGORY_LU:
-    case UTF8PROC_CATEGORY_LL:
-    case UTF8PROC_CATEGORY_LT:
-    case UTF8PROC_CATEGORY_LM:
-    case UTF8PROC_CATEGORY_LO:
-    case UTF8PROC_CATEGORY_MN:
-    case UTF8PROC_CATEGORY_MC:
-    case UTF8PROC_CATEGORY_ME:
-    case UTF8PROC_CATEGORY_ND:
-    case UTF8PROC_CATEGORY_NL:
-    case UTF8PROC_CATEGORY_PC: return true;
-    default:
-      return c == 0x200c || c == 0x200d || (c >= 0x24b6 && c <= 0x24e9) || (c >= 0x1f130 && c <= 0x1f149) ||
-             (c >= 0x1f150 && c <= 0x1f169) || (c >= 0x1f170 && c <= 0x1f189);
-  }
-}
-
 /* The code point that ends text[0..at) (at > 0). */
 static uint32_t char_before(const char *text, size_t at) {
   size_t start = at - 1;
@@ -256,9 +236,9 @@ static int split_added(const oxf_tokenizer *t, bool normalized, const char *text
     size_t start = at, stop = at + (normalized ? token->decoded_length : token->length);
     at = stop;
     if (token->single_word) {
-      bool word_before = start > 0 && is_word_char(char_before(text, start));
+      bool word_before = start > 0 && oxf_is_word_char(char_before(text, start));
       size_t next = stop;
-      bool word_after = stop < n && is_word_char(oxf_utf8_next(text, &next));
+      bool word_after = stop < n && oxf_is_word_char(oxf_utf8_next(text, &next));
       if (word_before || word_after) continue;
     }
     if (token->lstrip) {

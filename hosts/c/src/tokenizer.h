@@ -79,6 +79,8 @@ void oxf_normalizer_free(oxf_normalizer *normalizer);
  * Metaspace, ByteLevel, Split, Punctuation, Digits, FixedLength, CharDelimiterSplit) ---- */
 typedef struct oxf_pretokenizer oxf_pretokenizer;
 
+/* The regex crate's \w as the library's pre-tokenizers and single_word added tokens see it. */
+bool oxf_is_word_char(uint32_t code);
 int oxf_pretokenizer_parse(const cJSON *json, oxf_pretokenizer **out, oxf_error *err);
 /* Replace every piece by its parts, in order (an empty part is dropped, as the library drops it). */
 int oxf_pretokenize(const oxf_pretokenizer *pretokenizer, oxf_pieces *pieces, oxf_error *err);
