@@ -24,6 +24,33 @@ def blocks_copy(blocks_export: Path, tmp_path: Path) -> Path:
     return copy
 
 
+@pytest.fixture(scope="session")
+def optimized_gpt(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The reference GPT through the installed `onnxformer optimize`, as a user runs it: "fused" (fused
+    graphs, the in-place KV cache) and "int8" (also int8 weights). Read by the hosts' tests; tests must not
+    modify them."""
+    import subprocess
+    import sys
+
+    root = tmp_path_factory.mktemp("optimized-gpt")
+    source = Path(__file__).resolve().parents[1] / "exported" / "gpt"
+    made = {}
+    for name, flags in (("fused", []), ("int8", ["--int8"])):
+        command = [
+            sys.executable,
+            "-m",
+            "onnxformer",
+            "optimize",
+            str(source),
+            str(root / name),
+            "--no-tasks",
+        ]
+        done = subprocess.run([*command, *flags], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        made[name] = root / name
+    return made
+
+
 # A model small enough to train and export in seconds; the quality is irrelevant to these tests.
 TINY_MODEL = {"d_model": 32, "n_layers": 2, "n_heads": 4, "d_ff": 64}
 

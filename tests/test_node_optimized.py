@@ -13,7 +13,6 @@ the tiny GPT differ from their 15th or 16th token), and the Node host runs each 
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -42,14 +41,6 @@ def driver(script: str, request: dict) -> dict:
     return json.loads(done.stdout)
 
 
-def optimize(source: Path, out: Path, *flags: str) -> Path:
-    """`onnxformer optimize SOURCE OUT FLAGS` as a user runs it."""
-    command = [sys.executable, "-m", "onnxformer", "optimize", str(source), str(out), "--no-tasks", *flags]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return out
-
-
 def optimized(source: Path, out: Path, *, quantize: str | None = None) -> Path:
     """What `optimize` writes, without a Python start-up per folder."""
     from onnxformer.builder.optimize import optimize_export
@@ -59,16 +50,12 @@ def optimized(source: Path, out: Path, *, quantize: str | None = None) -> Path:
 
 
 @pytest.fixture(scope="module")
-def gpt_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Variant ("fused", "int8") -> the committed tiny GPT optimised (in-place cache, optimize's default)."""
-    root = tmp_path_factory.mktemp("node-optimized")
-    folders = {
-        "fused": optimize(EXPORTED / "gpt", root / "fused"),
-        "int8": optimize(EXPORTED / "gpt", root / "int8", "--int8"),
-    }
-    for folder in folders.values():
+def gpt_folders(optimized_gpt: dict[str, Path]) -> dict[str, Path]:
+    """Variant ("fused", "int8") -> the committed tiny GPT optimised (in-place cache, optimize's default):
+    tests/conftest.py's, shared with the C and browser hosts' tests."""
+    for folder in optimized_gpt.values():
         assert ExportFolder.open(folder).manifest.kv_cache.in_place
-    return folders
+    return optimized_gpt
 
 
 def expected_checks(folder: Path) -> int:

@@ -498,29 +498,20 @@ def test_cross_attention_of_t5_through_the_ui(page) -> None:
     assert max(abs(shown[k] - float(row[k])) for k in shown) < 1e-5
 
 
-@pytest.fixture(scope="module")
-def optimized_gpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """exported/gpt through `onnxformer optimize` (fused graphs, the in-place KV cache)."""
-    from onnxformer.builder.optimize import optimize_export
-
-    folder = tmp_path_factory.mktemp("web-optimized") / "gpt-fused"
-    optimize_export(EXPORTED / "gpt", folder, tasks=False)
-    return folder
-
-
-def test_an_optimized_folder_in_the_page(page, figures, optimized_gpt: Path) -> None:
+def test_an_optimized_folder_in_the_page(page, figures, optimized_gpt: dict[str, Path]) -> None:
     """An `optimize` folder runs in the page (onnxruntime-web binds no output, so the in-place graph runs
     with each step's presents fed back): Python's greedy tokens, every golden. Asked for WebGPU, whose
     fused attention kernels are wrong from 32 tokens a run, the page runs it on wasm and says so."""
-    manifest = json.loads((optimized_gpt / "manifest.json").read_text())
+    folder = optimized_gpt["fused"]  # tests/conftest.py's
+    manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["kv_cache"]["layout"] == ["batch", "heads", "max_sequence", "head_dim"]
     use_engine(page, "wasm")
-    pick_folder(page, optimized_gpt)
-    print(f"optimised gpt on wasm: {check_task(page, optimized_gpt, manifest)}")
+    pick_folder(page, folder)
+    print(f"optimised gpt on wasm: {check_task(page, folder, manifest)}")
     failures = run_goldens(page, "gpt-optimized", manifest, figures)
     assert not failures, failures[:5]
     use_engine(page, "webgpu")
-    page.set_input_files("#folder-pick", str(optimized_gpt))
+    page.set_input_files("#folder-pick", str(folder))
     page.wait_for_function(
         "(s => s.dataset.state === 'error' || (s.dataset.state === 'ready' &&"
         " s.textContent.includes('runs on wasm')))(document.getElementById('status'))"
