@@ -24,14 +24,12 @@ PROMPTS = ["the cat", "a teacher finds the old book", "birds"]  # three lengths:
 
 
 @pytest.fixture(scope="module")
-def gpt_caches(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """ "in-place" | "concat" -> the committed tiny GPT, optimised with that cache."""
-    root = tmp_path_factory.mktemp("kv-cache")
-    folders = {}
-    for update in ("in-place", "concat"):
-        folders[update] = root / update
-        optimize_export(EXPORTED / "gpt", folders[update], kv_cache=update)
-    return folders
+def gpt_caches(tmp_path_factory: pytest.TempPathFactory, optimized_gpt: dict[str, Path]) -> dict[str, Path]:
+    """ "in-place" | "concat" -> the committed tiny GPT, optimised with that cache (the in-place one is
+    tests/conftest.py's, which tests must not modify)."""
+    concat = tmp_path_factory.mktemp("kv-cache") / "concat"
+    optimize_export(EXPORTED / "gpt", concat, kv_cache="concat")
+    return {"in-place": optimized_gpt["fused"], "concat": concat}
 
 
 def test_manifest_records_the_buffer_contract(gpt_caches: dict[str, Path]) -> None:
