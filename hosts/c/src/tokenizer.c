@@ -273,9 +273,8 @@ static int parse_parts(oxf_tokenizer *t, oxf_error *err) {
   const cJSON *model = member(json, "model");
   if (model == NULL)
     return oxf_fail(err, OXF_MANIFEST_ERROR, "tokenizer.json has no \"model\"; re-export the folder");
-  const cJSON *truncation = member(json, "truncation"), *padding = member(json, "padding");
-  (void)truncation,
-      (void)padding; /* the runtime bounds and pads lengths itself, as the Python runtime does */
+  /* "truncation" and "padding" are not read: the caller bounds and pads lengths, as the Python runtime
+   * does (it removes them from the library's tokenizer). */
   if (oxf_normalizer_parse(member(json, "normalizer"), &t->normalizer, err) != 0 ||
       oxf_pretokenizer_parse(member(json, "pre_tokenizer"), &t->pretokenizer, err) != 0 ||
       oxf_tokmodel_parse(model, &t->model, err) != 0 ||
