@@ -41,6 +41,14 @@ def export_command(
     int8: Annotated[
         bool, typer.Option("--int8", help="Then fuse and quantize the weights to int8 (implies --optimize).")
     ] = False,
+    gate: Annotated[
+        bool,
+        typer.Option(
+            "--gate/--no-gate",
+            help="With --int8: refuse int8 weights that depart too far from fp32 on held-out text, as "
+            "`onnxformer optimize` does (--no-gate for random weights; the manifest says so).",
+        ),
+    ] = True,
     external_data: Annotated[
         bool,
         typer.Option(
@@ -116,7 +124,9 @@ def export_command(
 
                 progress.update(task, description="optimizing (onnxformer optimize)")
                 quantize: Literal["int8"] | None = "int8" if int8 else None
-                manifest = optimize_export(staging, staging, quantize=quantize, kv_cache=cache_update)
+                manifest = optimize_export(
+                    staging, staging, quantize=quantize, kv_cache=cache_update, gate=gate
+                )
             if layout != "onnxformer":
                 progress.update(task, description=f"writing the {layout} layout")
                 manifest = write_layout(staging, checkpoint, layout=layout)

@@ -32,6 +32,32 @@ def optimize_command(
     int8: Annotated[
         bool, typer.Option("--int8", help="Also quantize the weights of every MatMul to int8 (dynamic).")
     ] = False,
+    int4: Annotated[
+        bool,
+        typer.Option(
+            "--int4",
+            help="Also quantize the MatMul weights, output head included, to 4 bits (MatMulNBits, int8 "
+            "activations where the CPU has the kernel).",
+        ),
+    ] = False,
+    block_size: Annotated[
+        int, typer.Option(help="With --int4: input rows per block of 4-bit weights (32 or 128).")
+    ] = 32,
+    eval_text: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --int8/--int4: a UTF-8 text file (one text per line) to measure the quality gate on "
+            "[default: the built-in grammar's held-out sentences].",
+        ),
+    ] = None,
+    gate: Annotated[
+        bool,
+        typer.Option(
+            "--gate/--no-gate",
+            help="With --int8/--int4: refuse a quantized model that departs too far from fp32 on held-out "
+            "text (--no-gate for random weights, which no gate can judge; the manifest says so).",
+        ),
+    ] = True,
     fuse: Annotated[
         bool, typer.Option("--fuse/--no-fuse", help="Fuse attention, residual+LayerNorm and bias+GELU.")
     ] = True,
@@ -52,13 +78,27 @@ def optimize_command(
     manifest.json (extra.optimization). The runtime loads the new folder like any export. OUT may be
     FOLDER (rewritten in place); another existing model export is replaced only with --overwrite."""
     with user_errors(ctx):
-        if not fuse and not int8:
-            raise ConfigError("--no-fuse without --int8 leaves nothing to do; add --int8, or drop --no-fuse")
+        if int8 and int4:
+            raise ConfigError("--int8 and --int4 are two precisions; choose one")
+        if not fuse and not int8 and not int4:
+            raise ConfigError(
+                "--no-fuse without --int8 or --int4 leaves nothing to do; add one, or drop --no-fuse"
+            )
+        if block_size not in (32, 128):  # builder.optimize.quantize.BLOCK_SIZES (the builder extra's)
+            raise ConfigError(f"--block-size must be 32 or 128, got {block_size}")
         check_export_out(out, model=True, overwrite=overwrite, same_as=folder)
         from onnxformer.builder.optimize import optimize_export
 
         manifest = optimize_export(
-            folder, out, fuse=fuse, quantize="int8" if int8 else None, tasks=tasks, kv_cache=kv_cache
+            folder,
+            out,
+            fuse=fuse,
+            quantize="int8" if int8 else "int4" if int4 else None,
+            tasks=tasks,
+            kv_cache=kv_cache,
+            block_size=block_size,
+            eval_text=eval_text,
+            gate=gate,
         )
     record = manifest.extra["optimization"]
     if as_json:
@@ -76,8 +116,14 @@ def optimize_command(
             f"{min(agreement['min_cosine'].values()):.5f}",
         )
     console.print(table)
-    for path in record.get("int8_fp32_ffn_output", []):
-        console.print(f"{path}: int8 missed the cosine bar, so its FFN output projections stay float32")
+    if record.get("kept_fp32", "nothing") != "nothing":
+        console.print(f"kept in float32 to pass the quality bars: {record['kept_fp32']}")
+    gate_record = record.get("gate", {})
+    if "figures" in gate_record:
+        figures = ", ".join(f"{name} {value:.4g}" for name, value in gate_record["figures"].items())
+        console.print(f"quality gate on {gate_record['text']}: passed ({figures})")
+    elif "skipped" in gate_record:
+        console.print(f"quality gate skipped ({gate_record['skipped']})")
     if "skipped" in record.get("tasks", {}):
         console.print(f"task metrics not measured: {record['tasks']['skipped']}")
     for metric, change in record.get("tasks", {}).get("change", {}).items():

@@ -143,11 +143,23 @@ class TextToText(ExportModel):
         (wanted,) = check_token_rows(
             [target], vocab_size=self.vocab_size, limit=self.max_len, what="target", field="target"
         )
+        log_probs = log_softmax(self._teacher_forced(row, wanted))  # (T, V)
+        return float(log_probs[np.arange(len(wanted)), wanted].sum())
+
+    def target_logits(self, source: Sequence[int], target: Sequence[int]) -> np.ndarray:
+        """The decoder's logits (T, V) over `target` (ids) teacher forced after the start token, for one
+        framed source: row t is the distribution of target[t]."""
+        (row,) = check_token_rows([source], vocab_size=self.vocab_size, limit=self.max_len, what="source")
+        (wanted,) = check_token_rows(
+            [target], vocab_size=self.vocab_size, limit=self.max_len, what="target", field="target"
+        )
+        return self._teacher_forced(row, wanted)
+
+    def _teacher_forced(self, row: list[int], wanted: list[int]) -> np.ndarray:
         ids = np.array([[self.start_token, *wanted[:-1]]], dtype=np.int64)  # (1, T)
         feeds = {**self._decoder_feeds(ids, np.ones_like(ids), self._memory([row])), **self._cache.empty(1)}
         (logits,) = self._decoder.run(feeds, [self._logits])  # (1, T, V)
-        log_probs = log_softmax(logits[0])  # (T, V)
-        return float(log_probs[np.arange(len(wanted)), wanted].sum())
+        return np.asarray(logits[0])  # (T, V)
 
     def _memory(self, rows: list[list[int]], *, repeat: int = 1) -> Feeds:
         """Encode once: the encoder mask and every layer's cross keys/values, each row repeated `repeat`

@@ -13,6 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from onnxformer.builder.optimize import optimize_export, optimize_graph
+from onnxformer.builder.optimize.export import quantize_graph
+from onnxformer.builder.optimize.quantize import Keep
 from onnxformer.runtime.errors import ExportError
 from onnxformer.runtime.folder import ExportFolder
 from onnxformer.runtime.goldens import run_goldens
@@ -141,7 +143,7 @@ def test_optimize_refuses_what_it_cannot_do(optimized, tmp_path: Path) -> None:
     with pytest.raises(ExportError, match="nothing to do"):
         optimize_export(EXPORTED / "bert", tmp_path / "none", fuse=False)
     with pytest.raises(ExportError, match="quantize must be"):
-        optimize_graph(onnx.ModelProto(), num_heads=1, hidden_size=1, quantize="int4")  # type: ignore[arg-type]
+        quantize_graph(onnx.ModelProto(), "int2", config={})  # type: ignore[arg-type]
 
 
 def test_optimize_in_place(tmp_path: Path) -> None:
@@ -182,20 +184,22 @@ def test_session_options(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_int8_that_misses_the_bar_keeps_the_ffn_outputs_fp32(tmp_path: Path, caplog) -> None:
-    """Below min_cosine, int8 is redone with the FFN output projections in float32; still below, refused."""
-    with caplog.at_level("INFO"), pytest.raises(ExportError, match="even with its FFN output projections"):
+    """Below min_cosine, int8 is redone with the FFN output projections in float32, then the head too;
+    still below, refused."""
+    with (
+        caplog.at_level("INFO"),
+        pytest.raises(ExportError, match="even with the output head, the FFN output projections"),
+    ):
         optimize_export(EXPORTED / "bert", tmp_path / "strict", quantize="int8", tasks=False, min_cosine=1.0)
-    assert "FFN output projections kept in float32" in caplog.text
+    assert "int8 with the FFN output projections kept in float32 missed" in caplog.text
     assert not (tmp_path / "strict").exists()  # nothing written
     config = _config("bert")
-    graph = onnx.load(EXPORTED / "bert" / "encoder.onnx")
-    kept = optimize_graph(
-        graph,
+    graph = optimize_graph(
+        onnx.load(EXPORTED / "bert" / "encoder.onnx"),
         num_heads=config["n_heads"],
         hidden_size=config["d_model"],
-        quantize="int8",
-        fp32_inputs=config["d_ff"],
     )
+    kept = quantize_graph(graph, "int8", keep=Keep(ffn_output=True), config=config)
     rows = {init.name: init.dims[0] for init in kept.graph.initializer if len(init.dims) == 2}
     float_rows = [rows.get(node.input[1]) for node in kept.graph.node if node.op_type == "MatMul"]
     assert float_rows.count(config["d_ff"]) == config["n_layers"]  # every FFN output projection, in fp32

@@ -24,7 +24,7 @@ REFUSED_IN_PLACE = {"gemma2": "soft-caps its attention logits"}
 VARIANTS = {
     "in-place": {"kv_cache": "in-place"},
     "concat": {"kv_cache": "concat"},
-    "int8": {"kv_cache": "concat", "quantize": "int8"},
+    "int8": {"kv_cache": "concat", "quantize": "int8", "gate": False},  # random weights: nothing to gate
 }
 
 

@@ -36,7 +36,6 @@ import inspect
 import io
 import logging
 import os
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
@@ -47,8 +46,21 @@ from onnxformer.builder.export.folder import write_export_folder
 from onnxformer.builder.export.recipes import recipe_for
 from onnxformer.builder.optimize.cache import BUFFER_AXIS, in_place_cache, pack_cached_qkv
 from onnxformer.builder.optimize.fusion import fuse_attention, pack_qkv, pack_sibling_matmuls
+from onnxformer.builder.optimize.gate import GateResult, QualityError, measure_gate, read_eval_text
 from onnxformer.builder.optimize.onnx_graph import share_input_shapes
 from onnxformer.builder.optimize.quality import Agreement, compare_graphs, task_metrics
+from onnxformer.builder.optimize.quantize import (
+    ACCURACY_LEVEL,
+    DEFAULT_BLOCK_SIZE,
+    LADDERS,
+    NOTHING_KEPT,
+    Keep,
+    kept_matmuls,
+    quantize_int4,
+    quantize_int8,
+    untie_head,
+    weight_matmuls,
+)
 from onnxformer.runtime.errors import ExportError, ParityError
 from onnxformer.runtime.folder import ExportFolder, sha256_bytes
 from onnxformer.runtime.manifest import IN_PLACE_LAYOUT, FileEntry, KVCache, Manifest, TensorSpec
@@ -56,8 +68,8 @@ from onnxformer.runtime.session import create_session
 
 logger = logging.getLogger(__name__)
 
-Quantization = Literal["int8"]
-QUANTIZATIONS: tuple[Quantization, ...] = ("int8",)
+Quantization = Literal["int8", "int4"]
+QUANTIZATIONS: tuple[Quantization, ...] = ("int8", "int4")
 CacheUpdate = Literal["in-place", "concat"]
 CACHE_UPDATES: tuple[CacheUpdate, ...] = ("in-place", "concat")
 FUSED_OPS = (
@@ -69,6 +81,7 @@ FUSED_OPS = (
     "Gelu",
     "FastGelu",
 )
+QUANTIZED = {"int8": "int8 dynamic quantization", "int4": "int4 weights (MatMulNBits)"}
 MIN_COSINE = 0.99  # int8 must keep the main output's direction (embedding / logits) this close
 NOTHING_TO_SCORE = (
     "the export has none of the heads the built-in tasks score (classifier, masked-LM head); int8's cost "
@@ -82,17 +95,11 @@ def optimize_graph(
     num_heads: int,
     hidden_size: int,
     fuse: bool = True,
-    quantize: Quantization | None = None,
     cache: KVCache | None = None,
-    fp32_inputs: int | None = None,
     max_positions: int | None = None,
 ) -> onnx.ModelProto:
-    """The optimised copy of one graph (the argument is left as it was). With `cache` (a decoder's KV
-    cache), its cached self-attention is rewritten to write the cache in place (`cache.in_place_cache`).
-    With int8, `fp32_inputs=N` keeps the MatMuls whose weights have N input rows (the FFN's output
-    projections, N = d_ff) in float32."""
-    if quantize is not None and quantize not in QUANTIZATIONS:
-        raise ExportError(f"quantize must be one of {QUANTIZATIONS} or None, got {quantize!r}")
+    """The fused copy of one graph (the argument is left as it was). With `cache` (a decoder's KV cache),
+    its cached self-attention is rewritten to write the cache in place (`cache.in_place_cache`)."""
     model = onnx.ModelProto.FromString(model.SerializeToString())
     if fuse and cache is not None:
         rewritten = in_place_cache(
@@ -119,9 +126,35 @@ def optimize_graph(
         _import_ms_domain(model)
         packed = pack_qkv(model) + pack_cached_qkv(model) + pack_sibling_matmuls(model)
         logger.info("packed %d sets of MatMuls on the same input into one MatMul each", packed)
-    if quantize == "int8":
-        model = _quantize_int8(model, keep=_matmuls_with_inputs(model, fp32_inputs))
     return model
+
+
+def quantize_graph(
+    model: onnx.ModelProto,
+    quantize: Quantization,
+    *,
+    keep: Keep = NOTHING_KEPT,
+    config: dict[str, Any],
+    block_size: int = DEFAULT_BLOCK_SIZE,
+) -> onnx.ModelProto:
+    """The quantized copy of one (fused) graph, with the MatMuls `keep` names left in float32; `config` is
+    the manifest's (d_ff, vocab_size, n_layers name those MatMuls)."""
+    if quantize not in QUANTIZATIONS:
+        raise ExportError(f"quantize must be one of {QUANTIZATIONS}, got {quantize!r}")
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    if not keep.head:
+        untie_head(model)
+    names = _kept_names(model, keep, config)
+    with _quiet_ort_tools():
+        if quantize == "int8":
+            return quantize_int8(model, keep=names)
+        return quantize_int4(model, keep=names, block_size=block_size)
+
+
+def _kept_names(model: onnx.ModelProto, keep: Keep, config: dict[str, Any]) -> list[str]:
+    """The MatMuls of `model` (its head untied) that `keep` leaves in float32."""
+    layers = config.get("n_layers") or config.get("decoder_layers") or 0
+    return kept_matmuls(model, keep, d_ff=config["d_ff"], vocab=config["vocab_size"], layers=layers)
 
 
 def fused_counts(model: onnx.ModelProto) -> dict[str, int]:
@@ -133,7 +166,14 @@ def fused_counts(model: onnx.ModelProto) -> dict[str, int]:
 @contextlib.contextmanager
 def _quiet_ort_tools():
     """onnxruntime.transformers and quantization print shape-inference chatter and log warnings."""
-    names = ("onnxruntime.transformers", "onnx_model", "fusion_base", "root", "")
+    names = (
+        "onnxruntime.transformers",
+        "onnx_model",
+        "fusion_base",
+        "root",
+        "",
+        "onnxruntime.quantization.matmul_nbits_quantizer",
+    )
     loggers = [logging.getLogger(name) for name in names]
     levels = [item.level for item in loggers]
     for item in loggers:
@@ -182,40 +222,6 @@ def _import_ms_domain(model: onnx.ModelProto) -> None:
         model.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
 
 
-def _matmuls_with_inputs(model: onnx.ModelProto, rows: int | None) -> list[str]:
-    """The MatMul nodes whose constant 2-D weight has `rows` input rows."""
-    if rows is None:
-        return []
-    shapes = {init.name: tuple(init.dims) for init in model.graph.initializer}
-    return [
-        node.name
-        for node in model.graph.node
-        if node.op_type == "MatMul"
-        and len(shapes.get(node.input[1], ())) == 2
-        and shapes[node.input[1]][0] == rows
-    ]
-
-
-def _quantize_int8(model: onnx.ModelProto, *, keep: list[str]) -> onnx.ModelProto:
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    with tempfile.TemporaryDirectory() as tmp, _quiet_ort_tools():
-        out = Path(tmp) / "int8.onnx"
-        quantize_dynamic(
-            model,
-            out,
-            weight_type=QuantType.QInt8,
-            op_types_to_quantize=["MatMul"],
-            # One scale per output column: the same speed, and far closer on real checkpoints (MiniLM's
-            # worst embedding cosine to fp32: 0.95 per tensor, 0.99 per channel).
-            per_channel=True,
-            nodes_to_exclude=keep,
-            # Weights only (activation x activation stays fp32); our MatMuls are all float32.
-            extra_options={"MatMulConstBOnly": True, "DefaultTensorType": onnx.TensorProto.FLOAT},
-        )
-        return onnx.load(out)
-
-
 def optimize_export(
     folder: str | os.PathLike,
     out: str | os.PathLike,
@@ -225,14 +231,25 @@ def optimize_export(
     tasks: bool = True,
     min_cosine: float = MIN_COSINE,
     kv_cache: CacheUpdate = "in-place",
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    eval_text: str | os.PathLike | None = None,
+    gate: bool = True,
 ) -> Manifest:
     """Write the optimised copy of the model export `folder` to `out` (which may be `folder` itself) and
-    return its manifest. `tasks=False` skips the task metrics of int8 exports (for models not trained on
-    the built-in tasks, e.g. random weights). `kv_cache="in-place"` (with fusion, for decoder-only
+    return its manifest. `tasks=False` skips the task metrics of quantized exports (for models not trained
+    on the built-in tasks, e.g. random weights). `kv_cache="in-place"` (with fusion, for decoder-only
     models) makes the decoder write its KV cache into a preallocated buffer (`cache.py`); "concat" keeps
-    the plain export's past in, past + new out (for transformers.js; every onnxformer host runs both)."""
+    the plain export's past in, past + new out (for transformers.js; every onnxformer host runs both).
+
+    A quantized export must pass the quality gate (gate.py) on `eval_text` (a text file; by default the
+    built-in grammar's held-out sentences): if it misses, more MatMuls are kept in float32
+    (quantize.LADDERS) and it is measured again; when the last try misses too, `QualityError` is raised
+    and nothing is written. `gate=False` skips it (for random weights, which no gate can judge) and
+    says so in the manifest."""
     if not fuse and quantize is None:
-        raise ExportError("nothing to do: ask for fusion, quantize='int8', or both")
+        raise ExportError("nothing to do: ask for fusion, quantize='int8' or 'int4', or both")
+    if quantize is not None and quantize not in QUANTIZATIONS:
+        raise ExportError(f"quantize must be one of {QUANTIZATIONS} or None, got {quantize!r}")
     if kv_cache not in CACHE_UPDATES:
         raise ExportError(f"kv_cache must be one of {CACHE_UPDATES}, got {kv_cache!r}")
     source = ExportFolder.open(folder)
@@ -241,6 +258,8 @@ def optimize_export(
         raise ExportError(f"{folder} is a blocks export; optimize takes a model export (onnxformer export)")
     if "optimization" in manifest.extra:
         raise ExportError(f"{folder} is already optimised; optimise the original export instead")
+    if eval_text is not None:
+        read_eval_text(str(eval_text))  # refused before any work when it is unreadable or empty
     config, main_outputs = manifest.config, recipe_for(manifest).main_outputs
     files = {entry.path: source.read(entry.path) for entry in manifest.files}
     graphs = [manifest.graphs[role] for role in main_outputs]
@@ -256,57 +275,47 @@ def optimize_export(
         cache = dataclasses.replace(cache, layout=IN_PLACE_LAYOUT)
         manifest = dataclasses.replace(manifest, kv_cache=cache)
 
-    def optimized_graph(path: str, *, fp32_inputs: int | None = None) -> bytes:
-        model = optimize_graph(
+    fused: dict[str, onnx.ModelProto] = {}
+    for path in graphs:
+        fused[path] = optimize_graph(
             onnx.load_from_string(originals[path]),
             num_heads=config["n_heads"],
             hidden_size=config["d_model"],
             fuse=fuse,
-            quantize=quantize,
             cache=cache if in_place and path == manifest.graphs.get("decoder") else None,
-            fp32_inputs=fp32_inputs,
             max_positions=config.get("max_len"),
         )
-        _check_interface(path, manifest.file(path), model)
-        return model.SerializeToString()
-
-    optimized = {path: optimized_graph(path) for path in graphs}
-    agreement = compare_graphs(source, originals, optimized, manifest)
-    kept_fp32: list[str] = []
-    for role, output in main_outputs.items():
-        path = manifest.graphs[role]
-        if quantize is None or agreement[path].min_cosine[output] >= min_cosine:
-            continue
-        # The FFN's output projections read the widest activations, whose outliers one int8 scale per
-        # tensor cannot hold: quantize everything else, and keep those in float32.
-        optimized[path] = optimized_graph(path, fp32_inputs=config["d_ff"])
-        logger.info("%s: int8 missed cosine %.4f; FFN output projections kept in float32", path, min_cosine)
-        agreement.update(compare_graphs(source, {path: originals[path]}, {path: optimized[path]}, manifest))
-        kept_fp32.append(path)
-    for role, output in main_outputs.items():
-        path = manifest.graphs[role]
-        if quantize is None and not agreement[path].within_golden_tolerance:
-            raise ParityError(
-                f"{path}: the fused graph misses the golden tolerance ({agreement[path].worst_excess}); "
-                "nothing was written"
-            )
-        cosine = agreement[path].min_cosine[output]
-        if cosine < min_cosine:
-            kept = " even with its FFN output projections in float32" if path in kept_fp32 else ""
-            raise ExportError(
-                f"{path}: {quantize or 'fused'} changes {output} too much{kept} (cosine "
-                f"{cosine:.4f} to PyTorch < {min_cosine}); keep this model unquantized"
-            )
+        _check_interface(path, manifest.file(path), fused[path])
     record: dict[str, Any] = {
         "fuse": fuse,
         "quantize": quantize,
         "kv_cache": "in-place" if in_place else "concat",
-        "int8_fp32_ffn_output": kept_fp32,  # graphs whose FFN output projections int8 left in float32
-        "fused_ops": {path: fused_counts(onnx.load_from_string(data)) for path, data in optimized.items()},
-        "source_sha256": {path: sha256_bytes(data) for path, data in originals.items()},
-        "agreement": {path: result.as_dict() for path, result in agreement.items()},
-        "onnxruntime": _ort_version(),
     }
+    if quantize is None:
+        optimized = {path: model.SerializeToString() for path, model in fused.items()}
+        agreement = compare_graphs(source, originals, optimized, manifest)
+        for path in graphs:
+            if not agreement[path].within_golden_tolerance:
+                raise ParityError(
+                    f"{path}: the fused graph misses the golden tolerance ({agreement[path].worst_excess}); "
+                    "nothing was written"
+                )
+    else:
+        text = None if eval_text is None else str(eval_text)
+        optimized, agreement, quantized = _quantize_with_gate(
+            source, manifest, fused, originals, quantize, block_size, text, gate, min_cosine
+        )
+        record.update(quantized)
+    record.update(
+        {
+            "fused_ops": {
+                path: fused_counts(onnx.load_from_string(data)) for path, data in optimized.items()
+            },
+            "source_sha256": {path: sha256_bytes(data) for path, data in originals.items()},
+            "agreement": {path: result.as_dict() for path, result in agreement.items()},
+            "onnxruntime": _ort_version(),
+        }
+    )
     if tasks and quantize is not None:
         record["tasks"] = _task_costs(folder, optimized)
     files.update(optimized)
@@ -314,7 +323,7 @@ def optimize_export(
     for entry in manifest.files:
         if entry.path in optimized:
             data = optimized[entry.path]
-            # An int8 graph no longer matches PyTorch to fp32 tolerance: its parity record would mislead.
+            # A quantized graph no longer matches PyTorch to fp32 tolerance: its parity record would mislead.
             parity = entry.parity if quantize is None else None
             entry = dataclasses.replace(entry, sha256=sha256_bytes(data), size=len(data), parity=parity)
             if in_place and cache is not None and entry.path == manifest.graphs.get("decoder"):
@@ -324,10 +333,94 @@ def optimize_export(
         manifest, files=tuple(entries), extra={**manifest.extra, "optimization": record}
     )
     if quantize is not None:
-        updated = _int8_goldens(updated, agreement)
+        updated = _quantized_goldens(updated, agreement, quantize)
     listed = {entry.path for entry in updated.files}
     write_export_folder(Path(out), {path: data for path, data in files.items() if path in listed}, updated)
     return updated
+
+
+def _quantize_with_gate(
+    source: ExportFolder,
+    manifest: Manifest,
+    fused: dict[str, onnx.ModelProto],
+    originals: dict[str, bytes],
+    quantize: Quantization,
+    block_size: int,
+    eval_text: str | None,
+    gate: bool,
+    min_cosine: float,
+) -> tuple[dict[str, bytes], dict[str, Agreement], dict[str, Any]]:
+    """The quantized graphs of the first rung of LADDERS[quantize] that keeps the main outputs' cosine to
+    PyTorch (int8: `min_cosine`) and passes the gate; the agreement; and what to record."""
+    config, main_outputs = manifest.config, recipe_for(manifest).main_outputs
+    tried: list[dict[str, Any]] = []
+    seen: set[tuple] = set()
+    untied = {path: onnx.ModelProto.FromString(model.SerializeToString()) for path, model in fused.items()}
+    for model in untied.values():
+        untie_head(model)  # as quantize_graph sees the graph, to name the MatMuls each rung keeps
+    for keep in LADDERS[quantize]:
+        rung = tuple(tuple(_kept_names(model, keep, config)) for model in untied.values())
+        if rung in seen:  # this rung keeps nothing more (an encoder has no head): nothing new to measure
+            continue
+        every = [{node.name for node in weight_matmuls(model)} for model in untied.values()]
+        if all(set(names) >= whole for names, whole in zip(rung, every, strict=True)):
+            break  # it would keep every MatMul in float32 (a model of two blocks): nothing left to quantize
+        seen.add(rung)
+        optimized = {
+            path: quantize_graph(
+                model, quantize, keep=keep, config=config, block_size=block_size
+            ).SerializeToString()
+            for path, model in fused.items()
+        }
+        agreement = compare_graphs(source, originals, optimized, manifest)
+        cosines = {
+            manifest.graphs[role]: agreement[manifest.graphs[role]].min_cosine[output]
+            for role, output in main_outputs.items()
+        }
+        low = {path: value for path, value in cosines.items() if quantize == "int8" and value < min_cosine}
+        attempt: dict[str, Any] = {"kept_fp32": keep.describe(), "min_cosine_to_pytorch": cosines}
+        result: GateResult | None = None
+        if not low and gate:
+            result = measure_gate(source, quantize, optimized, manifest, eval_text)
+            attempt["gate"] = result.as_dict()
+        tried.append(attempt)
+        if not low and (result is None or result.passed):
+            logger.info("%s passes with %s kept in float32", quantize, keep.describe())
+            details: dict[str, Any] = {
+                "kept_fp32": keep.describe(),
+                # graphs whose FFN output projections stayed float32 (the int8 record's older key)
+                "int8_fp32_ffn_output": list(fused) if keep.ffn_output else [],
+                "tries": tried,
+            }
+            if quantize == "int4":
+                details["int4"] = {"bits": 4, "block_size": block_size, "accuracy_level": ACCURACY_LEVEL}
+            details["gate"] = result.as_dict() if result else {"skipped": "optimize --no-gate"}
+            return optimized, agreement, details
+        logger.info("%s with %s kept in float32 missed; trying the next rung", quantize, keep.describe())
+    raise QualityError(_missed(quantize, tried, min_cosine))
+
+
+def _missed(quantize: str, tried: list[dict[str, Any]], min_cosine: float) -> str:
+    """Why every rung of the ladder failed, and what to do."""
+    last = tried[-1]
+    if "gate" not in last:
+        worst = min(last["min_cosine_to_pytorch"].items(), key=lambda item: item[1])
+        return (
+            f"{quantize} changes {worst[0]} too much even with {last['kept_fp32']} kept in float32 (cosine "
+            f"{worst[1]:.4f} to PyTorch < {min_cosine}); keep this model unquantized; nothing was written"
+        )
+    gate = last["gate"]
+    if gate["uninformative"]:
+        return (
+            f"the quality gate cannot judge {quantize} on this model: {gate['uninformative']}. Quantize a "
+            "trained model, or pass --no-gate to quantize anyway (the manifest records that it was not "
+            "gated); nothing was written"
+        )
+    return (
+        f"{quantize} misses the quality gate on {gate['text']} even with {last['kept_fp32']} kept in float32 "
+        f"({'; '.join(gate['misses'])}); use a higher precision (--int8, or none), or measure on text "
+        "closer to what the model will see (--eval-text); nothing was written"
+    )
 
 
 def _soft_capped(config: dict[str, Any]) -> bool:
@@ -384,8 +477,8 @@ def _task_costs(folder: str | os.PathLike, optimized: dict[str, bytes]) -> dict[
     return {"original": before, "optimized": after, "change": change}
 
 
-def _int8_goldens(manifest: Manifest, agreement: dict[str, Agreement]) -> Manifest:
-    """Goldens an int8 folder can keep: graph goldens at twice the error measured here, no end-to-end."""
+def _quantized_goldens(manifest: Manifest, agreement: dict[str, Agreement], quantize: str) -> Manifest:
+    """Goldens a quantized folder can keep: graph goldens at twice the error measured here, no end-to-end."""
     goldens = manifest.goldens
     if goldens is None:
         return manifest
@@ -396,11 +489,12 @@ def _int8_goldens(manifest: Manifest, agreement: dict[str, Agreement]) -> Manife
             atol = float(f"{max(2 * worst, graph.atol):.1g}")
             atol = atol if atol >= 2 * worst else float(f"{2.5 * worst:.1g}")
             note = (
-                f"int8 dynamic quantization: atol raised to {atol:g}, twice the largest difference to "
+                f"{QUANTIZED[quantize]}: atol raised to {atol:g}, twice the largest difference to "
                 f"PyTorch measured when the graph was quantized ({worst:.3g}); the accuracy cost is in "
                 "extra.optimization"
             )
-            # The cases' own allowances are fp32 figures int8 does not keep: the graph's atol replaces them.
+            # The cases' own allowances are fp32 figures quantization does not keep: the graph's atol
+            # replaces them.
             cases = tuple(dataclasses.replace(case, allowed=None) for case in graph.cases)
             graph = dataclasses.replace(graph, atol=atol, rtol=0.0, cases=cases, note=note)
         graphs.append(graph)
@@ -411,7 +505,7 @@ def _int8_goldens(manifest: Manifest, agreement: dict[str, Agreement]) -> Manife
         extra["optimization"] = {
             **extra["optimization"],
             "goldens": "end_to_end dropped: its greedy ids and embeddings are exact PyTorch fp32 results "
-            "that int8 need not reproduce; graph goldens kept with the tolerance in their note",
+            f"that {quantize} need not reproduce; graph goldens kept with the tolerance in their note",
         }
     return dataclasses.replace(
         manifest,
