@@ -1,4 +1,4 @@
-"""`onnxformer optimize IN OUT [--int8]`: a faster copy of a model export, with what it costs measured."""
+"""`onnxformer optimize IN OUT [--int8 | --int4]`: a faster copy of a model export, its cost measured."""
 
 from pathlib import Path
 from typing import Annotated, Literal
@@ -62,7 +62,8 @@ def optimize_command(
         bool, typer.Option("--fuse/--no-fuse", help="Fuse attention, residual+LayerNorm and bias+GELU.")
     ] = True,
     tasks: Annotated[
-        bool, typer.Option("--tasks/--no-tasks", help="With --int8, score the built-in tasks before/after.")
+        bool,
+        typer.Option("--tasks/--no-tasks", help="With --int8/--int4, score the built-in tasks before/after."),
     ] = True,
     kv_cache: KVCacheOption = "in-place",
     overwrite: Overwrite = False,
@@ -70,13 +71,16 @@ def optimize_command(
 ) -> None:
     """Rewrite the graphs the runtime runs for speed on ONNX Runtime: each attention becomes one
     MultiHeadAttention (a decoder's cached self-attention one GroupQueryAttention that writes its KV cache
-    in place, unless --kv-cache concat), bias + GELU a BiasGelu, and with --int8 the MatMul weights become
-    int8. The result is compared with the original on the export's golden
-    inputs (fp32 must stay within the golden tolerance, int8 must keep a cosine of 0.99 to PyTorch), the
-    int8 accuracy cost on the built-in tasks is measured with the heads the export has (none for an
-    encoder without classifier or masked-LM head, such as all-MiniLM-L6-v2), and all of it is recorded in
-    manifest.json (extra.optimization). The runtime loads the new folder like any export. OUT may be
-    FOLDER (rewritten in place); another existing model export is replaced only with --overwrite."""
+    in place, unless --kv-cache concat), bias + GELU a BiasGelu; with --int8 the MatMul weights become
+    int8, with --int4 4-bit blocks. The result is compared with the original on the export's golden inputs
+    (fp32 must stay within the golden tolerance, int8 must keep a cosine of 0.99 to PyTorch). A quantized
+    model must pass the quality gate against the fp32 export on held-out text (next-token KL divergence,
+    top-1 agreement and perplexity change; an encoder's embedding cosine): where it misses, the output
+    head, the FFN output projections and the first and last blocks are kept in float32 in turn, and if it
+    still misses nothing is written. The task scores of the built-in tasks are measured with the heads the
+    export has, and all of it is recorded in manifest.json (extra.optimization). The runtime loads the
+    new folder like any export. OUT may be FOLDER (rewritten in place); another existing model export is
+    replaced only with --overwrite."""
     with user_errors(ctx):
         if int8 and int4:
             raise ConfigError("--int8 and --int4 are two precisions; choose one")

@@ -27,15 +27,15 @@ def blocks_copy(blocks_export: Path, tmp_path: Path) -> Path:
 @pytest.fixture(scope="session")
 def optimized_gpt(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The reference GPT through the installed `onnxformer optimize`, as a user runs it: "fused" (fused
-    graphs, the in-place KV cache) and "int8" (also int8 weights). Read by the hosts' tests; tests must not
-    modify them."""
+    graphs, the in-place KV cache), "int8" (also int8 weights) and "int4" (4-bit weights). Read by the
+    hosts' tests; tests must not modify them."""
     import subprocess
     import sys
 
     root = tmp_path_factory.mktemp("optimized-gpt")
     source = Path(__file__).resolve().parents[1] / "exported" / "gpt"
     made = {}
-    for name, flags in (("fused", []), ("int8", ["--int8"])):
+    for name, flags in (("fused", []), ("int8", ["--int8"]), ("int4", ["--int4"])):
         command = [
             sys.executable,
             "-m",

@@ -36,6 +36,7 @@ def optimized(
     folders = {
         "gpt-in-place": (ROOT / "exported" / "gpt", {}),
         "gpt-int8": (ROOT / "exported" / "gpt", {"quantize": "int8", "tasks": False}),
+        "gpt-int4": (ROOT / "exported" / "gpt", {"quantize": "int4", "tasks": False}),
         "llama-in-place": (hf_exports["llama"][1], {"tasks": False}),
     }
     made = {}
@@ -47,7 +48,7 @@ def optimized(
     return made
 
 
-@pytest.mark.parametrize("name", ["gpt-in-place", "gpt-int8", "llama-in-place"])
+@pytest.mark.parametrize("name", ["gpt-in-place", "gpt-int8", "gpt-int4", "llama-in-place"])
 def test_every_golden_passes(c_host: Path, optimized: dict[str, Path], name: str) -> None:
     result = run(c_host, "verify", str(optimized[name]))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
@@ -79,7 +80,7 @@ def _prompts(model, count: int, seed: int) -> list[list[int]]:
     return [(prefix + [rng.choice(words) for _ in range(length)])[:length] for length in lengths]
 
 
-@pytest.mark.parametrize("name", ["gpt-in-place", "gpt-int8", "llama-in-place"])
+@pytest.mark.parametrize("name", ["gpt-in-place", "gpt-int8", "gpt-int4", "llama-in-place"])
 def test_greedy_tokens_equal_python(c_host: Path, optimized: dict[str, Path], name: str) -> None:
     model = load(optimized[name], device="cpu")
     prompts = _prompts(model, 6, seed=len(name))

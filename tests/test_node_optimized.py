@@ -51,8 +51,8 @@ def optimized(source: Path, out: Path, *, quantize: str | None = None) -> Path:
 
 @pytest.fixture(scope="module")
 def gpt_folders(optimized_gpt: dict[str, Path]) -> dict[str, Path]:
-    """Variant ("fused", "int8") -> the committed tiny GPT optimised (in-place cache, optimize's default):
-    tests/conftest.py's, shared with the C and browser hosts' tests."""
+    """Variant ("fused", "int8", "int4") -> the committed tiny GPT optimised (in-place cache, optimize's
+    default): tests/conftest.py's, shared with the C and browser hosts' tests."""
     for folder in optimized_gpt.values():
         assert ExportFolder.open(folder).manifest.kv_cache.in_place
     return optimized_gpt
@@ -95,10 +95,10 @@ def verify_on_both_engines(folder: Path) -> dict[str, list[dict]]:
     return reports
 
 
-@pytest.mark.parametrize("variant", ["fused", "int8"])
+@pytest.mark.parametrize("variant", ["fused", "int8", "int4"])
 def test_every_golden_passes_on_both_engines(gpt_folders: dict[str, Path], variant: str) -> None:
     reports = verify_on_both_engines(gpt_folders[variant])
-    if variant == "fused":  # int8 folders drop the end-to-end goldens (exact fp32 PyTorch tokens)
+    if variant == "fused":  # quantized folders drop the end-to-end goldens (exact fp32 PyTorch tokens)
         assert all(sum(r["check"] == "greedy" for r in results) > 0 for results in reports.values())
 
 
@@ -136,7 +136,7 @@ def gpt_rows(vocab: int, max_len: int, bos: int) -> list[list[int]]:
     ]
 
 
-def compare_generation(folder: Path, *, per_row: bool) -> None:
+def compare_generation(folder: Path, *, per_row: bool, engines: tuple[str, ...] = ENGINES) -> None:
     """Greedy (budget past the context, stop tokens off and on), seeded sampling and streamed text in Node,
     on both engines, equal to the Python runtime's on the same folder (`per_row`: each row as its own
     Python call, else one batch)."""
@@ -172,7 +172,7 @@ def compare_generation(folder: Path, *, per_row: bool) -> None:
         },
         {"method": "stream", "input": prompts[1], "options": {"temperature": 0, "maxNewTokens": 20}},
     ]
-    for engine in ENGINES:
+    for engine in engines:
         got = driver("sampling_driver.js", {"op": "generate", "dir": str(folder), "engine": engine,
                                             "calls": request_calls})["results"]  # fmt: skip
         lengths = [len(result["tokens"]) for result in got[0]]
@@ -183,9 +183,13 @@ def compare_generation(folder: Path, *, per_row: bool) -> None:
         assert got[3] == texts and got[4] == pieces, engine
 
 
-@pytest.mark.parametrize("variant", ["fused", "int8"])
+@pytest.mark.parametrize("variant", ["fused", "int8", "int4"])
 def test_generation_equals_pythons(gpt_folders: dict[str, Path], variant: str) -> None:
-    compare_generation(gpt_folders[variant], per_row=variant == "int8")
+    # int4 on WebAssembly runs another MatMulNBits kernel than native x86 (which quantizes activations to
+    # int8 at accuracy level 4): its goldens pass there (above), but its greedy tokens part from Python's
+    # once two logits come close (after 18 tokens here), so only the native engine's are compared.
+    engines = ("native",) if variant == "int4" else ENGINES
+    compare_generation(gpt_folders[variant], per_row=variant != "fused", engines=engines)
 
 
 @pytest.mark.parametrize("name", ["llama", "mistral"])

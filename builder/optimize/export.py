@@ -2,6 +2,7 @@
 
     optimize_export("exported/bert", "exported/bert-fast")                 # fused fp32
     optimize_export("exported/bert", "exported/bert-int8", quantize="int8")  # fused + int8 weights
+    optimize_export("exported/gpt", "exported/gpt-int4", quantize="int4")    # fused + 4-bit weights
 
 Each graph the runtime runs (GPT decoder, BERT encoder, T5 encoder and decoder) goes through:
 
@@ -13,21 +14,27 @@ Each graph the runtime runs (GPT decoder, BERT encoder, T5 encoder and decoder) 
    SkipLayerNormalization (ONNX Runtime's CPU kernel for it is ~6x slower than Add + LayerNormalization,
    see runtime/session.py);
 3. `fusion.pack_qkv`: the query, key and value projections as one MatMul;
-4. with `quantize="int8"`: dynamic quantization of every MatMul with constant weights (int8 weights,
-   uint8 activations quantized per call, which ONNX Runtime runs with AVX-512 VNNI / AVX2 int8 kernels).
+4. with `quantize` (quantize.py): int8 (dynamic quantization of every MatMul with constant weights, which
+   ONNX Runtime runs with AVX-512 VNNI / AVX2 int8 kernels) or int4 (MatMulNBits, 4-bit blocks, int8
+   activations where the CPU has the kernel); a tied output head gets its own copy so that it is
+   quantized too.
 
 The new graph is then run, next to the original, on the export's golden inputs (its parity cases: first
 and cached steps, padding, shapes unlike the trace) by `quality.compare_graphs`. A fused fp32 graph must
 stay within the goldens' tolerance of the PyTorch outputs stored there, or `ParityError` is raised and
-nothing is written. An int8 graph must keep the cosine similarity of its main output (embedding, logits)
-to PyTorch at or above `min_cosine`; its task metrics on the built-in held-out data
-(`quality.task_metrics`) are recorded next to the original's.
+nothing is written. A quantized export must pass the quality gate (gate.py: next-token KL, top-1 agreement
+and perplexity against the fp32 export on held-out text; an encoder's embedding cosine), and int8 must
+also keep the cosine similarity of its main output to PyTorch at or above `min_cosine`. A miss is tried
+again with more MatMuls in float32 (quantize.LADDERS: the FFN output projections, the head, the first and
+last blocks); a miss on every rung raises `QualityError` and nothing is written. Task metrics on the
+built-in held-out data (`quality.task_metrics`) are recorded next to the original's.
 
 Files keep their roles and names; their sha256 and size are recomputed; everything else (tokenizer,
 attention-weights graph, blocks, goldens) is copied. `manifest.extra["optimization"]` records the fused
-node counts, the quantization, the measured departures and the task metrics. Goldens: fp32 fusion leaves
-them valid as they are; for int8 the graph goldens get a tolerance of twice the error measured here (with a
-note saying so) and the end-to-end goldens, exact PyTorch fp32 ids and embeddings, are dropped.
+node counts, the quantization, what stayed float32, the gate's figures (and every rung tried), the measured
+departures and the task metrics. Goldens: fp32 fusion leaves them valid as they are; for a quantized export
+the graph goldens get a tolerance of twice the error measured here (with a note saying so) and the
+end-to-end goldens, exact PyTorch fp32 ids and embeddings, are dropped.
 """
 
 import contextlib
@@ -358,6 +365,7 @@ def _quantize_with_gate(
     untied = {path: onnx.ModelProto.FromString(model.SerializeToString()) for path, model in fused.items()}
     for model in untied.values():
         untie_head(model)  # as quantize_graph sees the graph, to name the MatMuls each rung keeps
+    heads = [name for model in untied.values() for name in _kept_names(model, Keep(head=True), config)]
     for keep in LADDERS[quantize]:
         rung = tuple(tuple(_kept_names(model, keep, config)) for model in untied.values())
         if rung in seen:  # this rung keeps nothing more (an encoder has no head): nothing new to measure
@@ -366,6 +374,7 @@ def _quantize_with_gate(
         if all(set(names) >= whole for names, whole in zip(rung, every, strict=True)):
             break  # it would keep every MatMul in float32 (a model of two blocks): nothing left to quantize
         seen.add(rung)
+        kept_words = keep.describe(has_head=bool(heads))
         optimized = {
             path: quantize_graph(
                 model, quantize, keep=keep, config=config, block_size=block_size
@@ -378,16 +387,16 @@ def _quantize_with_gate(
             for role, output in main_outputs.items()
         }
         low = {path: value for path, value in cosines.items() if quantize == "int8" and value < min_cosine}
-        attempt: dict[str, Any] = {"kept_fp32": keep.describe(), "min_cosine_to_pytorch": cosines}
+        attempt: dict[str, Any] = {"kept_fp32": kept_words, "min_cosine_to_pytorch": cosines}
         result: GateResult | None = None
         if not low and gate:
             result = measure_gate(source, quantize, optimized, manifest, eval_text)
             attempt["gate"] = result.as_dict()
         tried.append(attempt)
         if not low and (result is None or result.passed):
-            logger.info("%s passes with %s kept in float32", quantize, keep.describe())
+            logger.info("%s passes with %s kept in float32", quantize, kept_words)
             details: dict[str, Any] = {
-                "kept_fp32": keep.describe(),
+                "kept_fp32": kept_words,
                 # graphs whose FFN output projections stayed float32 (the int8 record's older key)
                 "int8_fp32_ffn_output": list(fused) if keep.ffn_output else [],
                 "tries": tried,
@@ -396,7 +405,7 @@ def _quantize_with_gate(
                 details["int4"] = {"bits": 4, "block_size": block_size, "accuracy_level": ACCURACY_LEVEL}
             details["gate"] = result.as_dict() if result else {"skipped": "optimize --no-gate"}
             return optimized, agreement, details
-        logger.info("%s with %s kept in float32 missed; trying the next rung", quantize, keep.describe())
+        logger.info("%s with %s kept in float32 missed; trying the next rung", quantize, kept_words)
     raise QualityError(_missed(quantize, tried, min_cosine))
 
 

@@ -36,11 +36,12 @@ class Keep:
     head: bool = False
     edge_blocks: bool = False  # the first and the last block
 
-    def describe(self) -> str:
+    def describe(self, *, has_head: bool = True) -> str:
+        """What stays float32, in words (`has_head=False`: the model has no output head to keep)."""
         parts = [
             name
             for name, kept in (
-                ("the output head", self.head),
+                ("the output head", self.head and has_head),
                 ("the FFN output projections", self.ffn_output),
                 ("the first and last blocks", self.edge_blocks),
             )
