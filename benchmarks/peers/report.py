@@ -57,6 +57,63 @@ def check_rows(result: dict) -> list[list[str]]:
     return rows
 
 
+def ceiling_table_rows(result: dict) -> list[list[str]]:
+    """[workload, tool, precision, MB per step (weights + KV), step ms, ceiling ms, GB/s, share]."""
+    rows = []
+    for row in result.get("ceiling", []):
+        if "error" in row:  # printed below the table
+            continue
+        share = row["share_of_read_bandwidth"]
+        rows.append(
+            [
+                row["title"],
+                row["tool"],
+                row["precision"] or "-",
+                f"{row['bytes_per_step_mb']:.1f} ({row['weights_mb']:.1f} + {row['kv_cache_mb']:.1f})",
+                _ms(row["step_ms"]),
+                _ms(row["ceiling_ms"]),
+                f"{row['achieved_gbs']:.1f}",
+                "-" if share is None else f"{share:.2f}" + (" (fits LLC)" if row["fits_in_llc"] else ""),
+            ]
+        )
+    return rows
+
+
+CEILING_HEADER = [
+    "workload",
+    "tool",
+    "precision",
+    "MB/step (weights + KV)",
+    "step ms",
+    "ceiling ms",
+    "GB/s",
+    "share",
+]
+
+
+def print_ceiling(console, result: dict) -> None:
+    """The decoder workloads against the memory-bandwidth ceiling (benchmarks/peers/ceiling.py)."""
+    if not result.get("ceiling"):
+        return
+    bandwidth = result["machine"].get("memory_bandwidth") or {}
+    console.print(
+        f"memory bandwidth at {bandwidth.get('threads', '?')} threads: read {bandwidth.get('read_gbs', '?')} "
+        f"GB/s, copy {bandwidth.get('copy_gbs', '?')}, triad {bandwidth.get('triad_gbs', '?')} "
+        f"({bandwidth.get('array_mb', '?')} MB arrays; last-level cache "
+        f"{result['machine'].get('last_level_cache_mb', '?')} MB)"
+    )
+    table = Table(
+        *CEILING_HEADER,
+        title="decode steps against the read-bandwidth ceiling (share = ceiling ms / step ms; 1 is the wall)",
+    )
+    for row in ceiling_table_rows(result):
+        table.add_row(*row)
+    console.print(table)
+    for row in result["ceiling"]:
+        if "error" in row:
+            console.print(f"[yellow]ceiling: {row['tool']} not counted: {row['error']}[/yellow]")
+
+
 def print_peers(console, result: dict) -> None:
     machine = result["machine"]
     console.print(
@@ -78,6 +135,7 @@ def print_peers(console, result: dict) -> None:
     console.print(
         f"targets: {met} met, {missed} missed (ours >= 1.0x the best peer of its precision), {aim} at 1.2x"
     )
+    print_ceiling(console, result)
     for failure in result["failures"]:
         where = failure.get("workload") or failure["stage"]
         console.print(f"[red]{failure['family']} {failure['tool']} ({where}): {failure['error']}[/red]")

@@ -7,9 +7,11 @@ sleeping PAUSE_S before each call (ONNX Runtime and PyTorch leave their threads 
 after a call, see benchmarks/run.py). The orchestrator waits for each answer before the next request, so
 only one worker computes at a time; every tool gets the same thread count. Medians, min and max per tool;
 the ratios peer median / our median (above 1: we are faster) against each peer of the same precision and
-the best of them.
+the best of them. After a family's workloads, a tool's own benchmark program (llama.cpp's llama-bench) runs
+as a cross-check of its worker's figures.
 """
 
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -20,6 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
+from benchmarks.peers.ceiling import ceiling_rows
 from benchmarks.peers.checks import output_checks
 from benchmarks.peers.envs import ENVS, Worker, WorkerError, env_versions
 from benchmarks.peers.models import PREPARE, Builder
@@ -29,7 +32,7 @@ SCHEMA = 1
 PAUSE_S = 0.25
 FAMILIES = ("encoder", "decoder", "seq2seq")
 TARGET, AIM = 1.0, 1.2  # our median against the best peer's of the same precision
-PRECISIONS = ("fp32", "int8")
+PRECISIONS = ("fp32", "int8", "int4")  # the weights' type; a tool is compared within its own
 Progress = Callable[[str], None]
 
 
@@ -197,6 +200,15 @@ def run_family(
             if workload.check:
                 result["checks"] = output_checks(workload, {n: workers[n] for n in timings}, tools)
             results.append(result)
+        for name in workers:  # the workers are idle meanwhile: only one program computes at a time
+            if tools[name].own_bench is not None:
+                say(f"{family}: {name}'s own benchmark")
+                try:
+                    described[name]["own_bench"] = tools[name].own_bench(options.threads, repeats)
+                except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as error:
+                    failures.append(
+                        {"family": family, "tool": name, "stage": "own_bench", "error": str(error)}
+                    )
     finally:
         for worker in workers.values():
             worker.close()
@@ -263,5 +275,6 @@ def run_peers(options: PeersOptions, *, progress: Progress | None = None) -> dic
         "failures": failures,
     }
     result["targets"] = targets(workloads)
+    result["ceiling"] = ceiling_rows(result, models)  # decoder steps against the memory-bandwidth ceiling
     result["load"] = monitor.stop()
     return result

@@ -1,7 +1,8 @@
 """One peer's worker: loads one tool's model in its own virtual environment and answers timing requests.
 
 Run as `VENV/bin/python benchmarks/peers/worker.py` (standalone: only the standard library and the tool's
-own packages, so that it runs in .venv-optimum and .venv-genai, where onnxformer is not installed). The
+own packages, so that it runs in .venv-optimum and .venv-genai, where onnxformer is not installed; llama.cpp's
+in .venv-genai with PYTHONPATH at llama-cpp-python's bindings, benchmarks/peers/envs.py). The
 orchestrator (benchmarks/peers/run.py) writes one JSON object per line on stdin and reads one per line:
 
     {"op": "load", "tool": "optimum", "args": {...}}          -> {"ok": true, "versions": {...}}

@@ -2,14 +2,18 @@
 
 A Tool is one model in one worker: ours (one per OUR_VARIANTS entry) or a peer's. Every tool of a family
 runs every workload of the family it has the kind for; the report compares tools of the same precision
-("fp32", or "int8" for int8 and int4 weights) on each workload.
+("fp32", "int8" or "int4": the weights' type) on each workload.
 """
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
 
 import numpy as np
 
+from benchmarks.peers.llamacpp import GGUF_FILE, GGUF_VARIANTS, llama_bench
 from benchmarks.peers.models import OUR_VARIANTS
 
 
@@ -19,9 +23,12 @@ class Tool:
     env: str  # ENVS key
     module: str  # tool_<module>.py in the worker
     args: dict  # the adapter's keyword arguments (besides threads)
-    precision: str  # "fp32" or "int8" (int8 and int4 weights)
+    precision: str  # "fp32", "int8" or "int4"
     what: str  # one line for the report
     ours: bool = False
+    # The tool's own benchmark program, run by the orchestrator after the family's timings as a cross-check
+    # of the worker's figures: (threads, repeats) -> what it reports (llama.cpp: llama-bench).
+    own_bench: Callable[[int, int], dict] | None = None
 
 
 @dataclass(frozen=True)
@@ -104,11 +111,31 @@ def decoder_tools(models: dict) -> list[Tool]:
             "genai",
             "genai",
             {"folder": str(folder)},
-            "fp32" if name == "fp32" else "int8",
+            name,  # fp32, int8 or int4 (its -p): int4 is its quantized CPU default
             f"onnxruntime-genai og.Generator on its model builder's -p {name} -e cpu",
         )
         for name, folder in models["genai"].items()
     ]
+    llamacpp = []
+    for variant in GGUF_VARIANTS:
+        model = Path(models["llamacpp"][variant.name]) / GGUF_FILE
+        made = (
+            "convert_hf_to_gguf.py --outtype f32"
+            if variant.name == "f32"
+            else f"llama-quantize {variant.name}"
+        )
+        llamacpp.append(
+            Tool(
+                f"llama.cpp:{variant.name}",
+                "llamacpp",
+                "llamacpp",
+                {"model": str(model), "kv_type": variant.kv_type, "flash_attn": variant.flash_attn},
+                variant.precision,
+                f"llama.cpp llama_decode (llama-cpp-python's ctypes bindings) on {made}, "
+                f"KV cache {variant.kv_type}, flash attention {variant.flash_attn}",
+                own_bench=partial(llama_bench, model, kv_type=variant.kv_type, flash_attn=variant.flash_attn),
+            )
+        )
     torch = Tool(
         "transformers",
         "ours",
@@ -117,7 +144,7 @@ def decoder_tools(models: dict) -> list[Tool]:
         "fp32",
         "transformers LlamaForCausalLM, PyTorch eager fp32 (default attention)",
     )
-    return [*_ours(models), torch, *genai]
+    return [*_ours(models), torch, *genai, *llamacpp]
 
 
 def seq2seq_tools(models: dict) -> list[Tool]:
@@ -156,6 +183,7 @@ KINDS = {
     "torch": {"embed", "prefill", "decode", "generate", "seq2seq"},
     "optimum": {"embed", "seq2seq"},
     "genai": {"prefill", "decode", "generate"},
+    "llamacpp": {"prefill", "decode", "generate"},
 }
 
 
