@@ -12,6 +12,10 @@
     t5-hf/                     the random-weight T5 (built in .venv-optimum: transformers 4, Optimum's)
     t5/<variant>               ours on it
     t5-optimum/                ORTModelForSeq2SeqLM's export of t5-hf
+    corpus-train.txt           corpus.txt less the quality gate's held-out sentences
+    llama-trained-hf/          the small trained LlamaForCausalLM of the quality comparison (quality.py)
+    llama-trained/<variant>    ours on it (the plain export in onnx/, the reference), quality gated
+    genai-trained-<p>/, llamacpp-trained-<type>/   genai's and llama.cpp's builds of it
 
 Every step runs a command (ours: the installed `onnxformer` CLI, so the lead's export and optimise changes
 flow in) and writes `<folder>/.peers-stamp.json` with what it was built from; a step whose stamp differs
@@ -128,7 +132,7 @@ class Builder:
         command = [cli, "export", str(source), "--out", str(plain), "--no-blocks", "--no-attentions"]
         self.step(plain, f"{name}: onnxformer export", export_stamp, command)
         folders = {}
-        family = {"minilm": "encoder", "llama": "decoder", "t5": "seq2seq"}[name]
+        family = {"minilm": "encoder", "llama": "decoder", "llama-trained": "decoder", "t5": "seq2seq"}[name]
         for variant in OUR_VARIANTS:
             if family not in variant.families:
                 continue
@@ -156,17 +160,35 @@ class Builder:
 
     def hf(self, env: str, what: str, out: Path, *args: str) -> Path:
         python = str(ENVS[env].python)
+        parts = build_hf.PARTS.get(args[0], ())
         recipe = inspect.getsource(build_hf.BUILDS[args[0]][0]).encode()
+        recipe += "".join(inspect.getsource(p) if callable(p) else repr(p) for p in parts).encode()
         stamp = {"recipe": hashlib.sha256(recipe).hexdigest()[:16], "args": list(args)}
         sources = [Path(a) for a in args if Path(a).is_dir() and Path(a) != out]  # the inputs, not `out`
         stamp["sources"] = [_source_stamp(s) for s in sources]
         return self.step(out, what, stamp, [python, str(BUILD_HF), *args])
 
-    def llamacpp(self, hf: Path) -> dict[str, Path]:
-        """llama.cpp's GGUF files of `hf` (a folder per GGUF_VARIANTS entry, each with model.gguf): its
-        converter's f32 output in .venv-genai, then llama-quantize of it to every other type."""
+    def genai(self, hf: Path, *, prefix: str = "genai", model: str = "Llama") -> dict[str, Path]:
+        """onnxruntime-genai's model builder on `hf`, one folder per GENAI_PRECISIONS entry
+        (`prefix`-fp32, ...)."""
+        genai = {}
+        for name, precision in GENAI_PRECISIONS.items():
+            out = self.work / f"{prefix}-{name}"
+            stamp = {"source": _source_stamp(hf), "precision": precision}
+            cache = str(self.work / "genai-cache")
+            command = [
+                str(ENVS["genai"].python), "-m", "onnxruntime_genai.models.builder",
+                "-i", str(hf), "-o", str(out), "-p", precision, "-e", "cpu", "-c", cache,
+            ]  # fmt: skip
+            genai[name] = self.step(out, f"{model}: onnxruntime-genai builder -p {precision}", stamp, command)
+        return genai
+
+    def llamacpp(self, hf: Path, *, prefix: str = "llamacpp", model: str = "Llama") -> dict[str, Path]:
+        """llama.cpp's GGUF files of `hf` (a folder `prefix`-<type> per GGUF_VARIANTS entry, each with
+        model.gguf): its converter's f32 output in .venv-genai, then llama-quantize of it to every other
+        type."""
         llamacpp = build_info()  # a new llama.cpp rebuilds them
-        f32 = self.work / "llamacpp-f32"
+        f32 = self.work / f"{prefix}-f32"
         recipe = inspect.getsource(build_hf.gguf).encode()
         stamp = {
             "recipe": hashlib.sha256(recipe).hexdigest()[:16],
@@ -174,12 +196,12 @@ class Builder:
             "llama.cpp": llamacpp,
         }
         command = [str(ENVS["genai"].python), str(BUILD_HF), "gguf", str(hf), str(f32)]
-        what = "Llama: llama.cpp convert_hf_to_gguf.py --outtype f32"
+        what = f"{model}: llama.cpp convert_hf_to_gguf.py --outtype f32"
         folders = {"f32": self.step(f32, what, stamp, command, environ=converter_environ())}
         for variant in GGUF_VARIANTS:
             if variant.name == "f32":
                 continue
-            out = self.work / f"llamacpp-{variant.name.lower()}"
+            out = self.work / f"{prefix}-{variant.name.lower()}"
             stamp = {"source": _source_stamp(f32), "type": variant.name, "llama.cpp": llamacpp}
             command = [
                 str(LLAMACPP_BIN / "llama-quantize"),
@@ -187,7 +209,7 @@ class Builder:
                 str(out / GGUF_FILE),
                 variant.name,
             ]
-            what = f"Llama: llama-quantize {variant.name}"
+            what = f"{model}: llama-quantize {variant.name}"
             folders[variant.name] = self.step(out, what, stamp, command, make_out=True)
         return folders
 
@@ -260,17 +282,42 @@ def prepare_decoder(builder: Builder) -> dict:
         str(builder.work / "llama-hf"),
         str(corpus),
     )
-    genai = {}
-    for name, precision in GENAI_PRECISIONS.items():
-        out = builder.work / f"genai-{name}"
-        stamp = {"source": _source_stamp(hf), "precision": precision}
-        cache = str(builder.work / "genai-cache")
-        command = [
-            str(ENVS["genai"].python), "-m", "onnxruntime_genai.models.builder",
-            "-i", str(hf), "-o", str(out), "-p", precision, "-e", "cpu", "-c", cache,
-        ]  # fmt: skip
-        genai[name] = builder.step(out, f"Llama: onnxruntime-genai builder -p {precision}", stamp, command)
-    return {"source": hf, "ours": builder.ours(hf, "llama"), "genai": genai, "llamacpp": builder.llamacpp(hf)}
+    return {
+        "source": hf,
+        "ours": builder.ours(hf, "llama"),
+        "genai": builder.genai(hf),
+        "llamacpp": builder.llamacpp(hf),
+    }
+
+
+def _train_corpus(work: Path) -> Path:
+    """corpus.txt less every sentence the quality gate holds out (the built-in grammar's held-out
+    sentences, `gate.builtin_texts`): the trained Llama never sees the text it is measured on."""
+    from onnxformer.builder.optimize.gate import builtin_texts
+
+    held_out = set(builtin_texts())
+    lines = [line for line in _corpus(work).read_text().splitlines() if line and line not in held_out]
+    path = work / "corpus-train.txt"
+    text = "\n".join(lines) + "\n"
+    if not path.is_file() or path.read_text() != text:
+        path.write_text(text)
+    return path
+
+
+def prepare_quality(builder: Builder) -> dict:
+    """The trained Llama of the quality comparison (benchmarks/peers/quality.py) and every tool's build of
+    it, laid out as prepare_decoder's: ours (the plain export too, the reference), genai's, llama.cpp's."""
+    corpus = _train_corpus(builder.work)
+    out = builder.work / "llama-trained-hf"
+    hf = builder.hf("genai", "trained Llama: training", out, "llama-trained", str(out), str(corpus))
+    ours = builder.ours(hf, "llama-trained")
+    return {
+        "source": hf,
+        "export": builder.work / "llama-trained" / "onnx",
+        "ours": ours,
+        "genai": builder.genai(hf, prefix="genai-trained", model="trained Llama"),
+        "llamacpp": builder.llamacpp(hf, prefix="llamacpp-trained", model="trained Llama"),
+    }
 
 
 def prepare_seq2seq(builder: Builder) -> dict:

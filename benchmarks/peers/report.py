@@ -114,6 +114,77 @@ def print_ceiling(console, result: dict) -> None:
             console.print(f"[yellow]ceiling: {row['tool']} not counted: {row['error']}[/yellow]")
 
 
+QUALITY_HEADER = ["tool", "precision", "KL (nats)", "top-1", "perplexity", "change", "max |logit diff|"]
+PRECISION_ORDER = {"fp32": 0, "int8": 1, "int4": 2}
+
+
+def quality_rows(result: dict) -> list[list[str]]:
+    """[tool, precision, KL, top-1, perplexity, its change, max |logit diff|] per tool of
+    result["quality"], fp32 first, then int8, int4 (each in the order measured)."""
+    tools = (result.get("quality") or {}).get("tools") or {}
+    ordered = sorted(tools.items(), key=lambda item: PRECISION_ORDER.get(item[1]["precision"], 3))
+    return [
+        [
+            name,
+            tool["precision"],
+            f"{tool['kl']:.2e}",
+            f"{tool['top1']:.4f}",
+            f"{tool['perplexity']:.4f}",
+            f"{100 * tool['perplexity_change']:+.3f} %",
+            f"{tool['max_abs_logit_diff']:.2g}",
+        ]
+        for name, tool in ordered
+    ]
+
+
+def quality_title(quality: dict) -> str:
+    """The trained model and the text, in one line."""
+    model = quality["model"]
+    held_out = model.get("held_out") or {}
+    shape = (
+        f"Llama hidden {model['hidden_size']}, {model['num_hidden_layers']} layers, "
+        f"{model['num_attention_heads']} heads ({model['num_key_value_heads']} KV), FFN "
+        f"{model['intermediate_size']}, vocabulary {model['vocab_size']}"
+    )
+    figures = ""
+    if held_out:
+        figures = (
+            f"; held-out loss {held_out['loss']:.3f} nats, mean entropy {held_out['mean_entropy']:.2f} of at "
+            f"most {held_out['max_entropy']:.2f}"
+        )
+    return (
+        f"quality against {quality['reference']} on {quality['text']} ({quality['rows']} rows, "
+        f"{quality['positions']} positions, teacher forced): {shape}{figures}"
+    )
+
+
+def print_quality(console, result: dict) -> None:
+    """The quantized decoders' quality table (benchmarks/peers/quality.py), the fp32 check and our
+    gate's verdicts; its failures are printed with the run's."""
+    quality = result.get("quality")
+    if not quality:
+        return
+    table = Table(*QUALITY_HEADER, title=quality_title(quality))
+    for row in quality_rows(result):
+        table.add_row(*row)
+    console.print(table)
+    check = quality.get("fp32_check")
+    if check:
+        verdict = "within" if check["within"] else "[red]NOT within[/red]"
+        console.print(
+            f"{quality['reference']} against {check['tool']}: max |logit diff| "
+            f"{check['max_abs_logit_diff']:.2g}, {verdict} {check['tolerance']:g}"
+        )
+    uniform = (quality["model"].get("held_out") or {}).get("uninformative")
+    if uniform:
+        console.print(f"[yellow]quality: {uniform}[/yellow]")
+    for name, gate in quality.get("gates", {}).items():
+        verdict = "passed" if gate["passed"] else "[red]missed[/red]"
+        console.print(f"{name}: our quality gate {verdict} when built, float32 kept: {gate['kept_fp32']}")
+    if quality.get("error"):
+        console.print(f"[red]quality: {quality['error']}[/red]")
+
+
 def print_peers(console, result: dict) -> None:
     machine = result["machine"]
     console.print(
@@ -136,6 +207,7 @@ def print_peers(console, result: dict) -> None:
         f"targets: {met} met, {missed} missed (ours >= 1.0x the best peer of its precision), {aim} at 1.2x"
     )
     print_ceiling(console, result)
+    print_quality(console, result)
     for failure in result["failures"]:
         where = failure.get("workload") or failure["stage"]
         console.print(f"[red]{failure['family']} {failure['tool']} ({where}): {failure['error']}[/red]")

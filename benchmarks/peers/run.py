@@ -8,7 +8,8 @@ after a call, see benchmarks/run.py). The orchestrator waits for each answer bef
 only one worker computes at a time; every tool gets the same thread count. Medians, min and max per tool;
 the ratios peer median / our median (above 1: we are faster) against each peer of the same precision and
 the best of them. After a family's workloads, a tool's own benchmark program (llama.cpp's llama-bench) runs
-as a cross-check of its worker's figures.
+as a cross-check of its worker's figures. With the decoder family, the quality comparison (quality.py)
+runs last, on a small trained Llama: every tool's quantized next-token distributions against our fp32's.
 """
 
 import subprocess
@@ -25,8 +26,10 @@ import numpy as np
 from benchmarks.peers.ceiling import ceiling_rows
 from benchmarks.peers.checks import output_checks
 from benchmarks.peers.envs import ENVS, Worker, WorkerError, env_versions
-from benchmarks.peers.models import PREPARE, Builder
+from benchmarks.peers.models import PREPARE, Builder, prepare_quality
+from benchmarks.peers.quality import measure_quality
 from benchmarks.peers.workloads import KINDS, TOOLS, WORKLOADS, Tool, Workload
+from onnxformer.runtime.errors import ConfigError, OnnxformerError
 
 SCHEMA = 1
 PAUSE_S = 0.25
@@ -248,11 +251,28 @@ def run_peers(options: PeersOptions, *, progress: Progress | None = None) -> dic
     models = {}
     for family in options.families:
         models[family] = PREPARE[family](builder)
+    trained = None
+    if "decoder" in options.families:
+        try:
+            trained = prepare_quality(builder)
+        except ConfigError as error:  # the timings go on without the quality comparison
+            failures.append(
+                {"family": "quality", "tool": "trained Llama", "stage": "build", "error": str(error)}
+            )
     failures += builder.failures
     started = time.perf_counter()
     for family in options.families:
         tools[family], results = run_family(family, models[family], options, say, failures)
         workloads += results
+    timing_s = round(time.perf_counter() - started, 1)
+    quality = None
+    if trained is not None:  # after the timings, which it must not disturb; 10 to 30 s
+        try:
+            quality = measure_quality(
+                trained, threads=options.threads, logs=options.work / "logs", say=say, failures=failures
+            )
+        except (OnnxformerError, OSError, ValueError) as error:  # the timings are kept
+            failures.append({"family": "quality", "tool": "-", "stage": "measure", "error": str(error)})
     result = {
         "schema": SCHEMA,
         "command": " ".join(["python -m benchmarks", *sys.argv[1:]]),  # as run.py records it
@@ -264,7 +284,7 @@ def run_peers(options: PeersOptions, *, progress: Progress | None = None) -> dic
             "repeats": 3 if options.quick else options.repeats,
             "quick": options.quick,
             "pause_s": PAUSE_S,
-            "timing_s": round(time.perf_counter() - started, 1),
+            "timing_s": timing_s,
             "models": {family: str(models[family]["source"]) for family in options.families},
         },
         "environments": {
@@ -274,6 +294,8 @@ def run_peers(options: PeersOptions, *, progress: Progress | None = None) -> dic
         "workloads": workloads,
         "failures": failures,
     }
+    if quality is not None:
+        result["quality"] = quality
     result["targets"] = targets(workloads)
     result["ceiling"] = ceiling_rows(result, models)  # decoder steps against the memory-bandwidth ceiling
     result["load"] = monitor.stop()

@@ -3,7 +3,10 @@
 
 `append_tokens` runs the prompt's forward pass; each `generate_next_token` picks a token from the logits
 at hand and, from the second call on, first runs the forward pass of the token picked before. So a decode
-step is timed from the second call on, the way our step (forward + pick) is timed."""
+step is timed from the second call on, the way our step (forward + pick) is timed.
+
+The quality comparison's teacher-forced logits: `append_tokens` of a whole row is one forward pass, and
+`get_output("logits")` then holds every position's logits, (1, T, V) (`get_logits` has the last one's)."""
 
 import json
 
@@ -67,4 +70,16 @@ class Adapter:
                 return [np.asarray(row)[ids.shape[1] :].tolist() for row in rows]
 
             return Call(run)
+        if kind == "logits":
+            rows = [np.asarray([row], dtype=np.int32) for row in args["rows"]]  # (1, T) each
+            return Call(lambda: np.concatenate([self.logits(ids) for ids in rows]))
         raise ValueError(f"onnxruntime-genai's adapter has no {kind!r} workload")
+
+    def logits(self, ids: np.ndarray) -> np.ndarray:
+        """ids (1, T) -> the logits at every position, (T, V)."""
+        generator = self._generator(ids, ids.shape[1] + 1)
+        generator.append_tokens(ids)
+        logits = np.asarray(generator.get_output("logits"), dtype=np.float32)  # (1, T, V)
+        if logits.shape[:2] != ids.shape:
+            raise RuntimeError(f"genai returned logits of shape {logits.shape} for {ids.shape[1]} tokens")
+        return logits[0]

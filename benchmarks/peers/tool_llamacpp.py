@@ -6,7 +6,10 @@ A forward pass is one `llama_decode` of a `llama_batch`: the prompt's tokens (on
 asked for), then one token per sequence and step; greedy picks the argmax of the logits, as our runtime,
 genai and transformers do. Batch 4 is one llama_batch of four sequences (seq ids 0..3), each in its own
 stream of the KV cache (llama.cpp's default, non-unified cache). One context per batch size, made while
-preparing; its cache is emptied before every call (`llama_memory_clear`, metadata only)."""
+preparing; its cache is emptied before every call (`llama_memory_clear`, metadata only).
+
+The quality comparison's teacher-forced logits: one llama_decode of a row's tokens with the logits of
+every position asked for (`llama_get_logits`: one row of the vocabulary per position asked)."""
 
 import json
 import os
@@ -35,9 +38,10 @@ def versions() -> dict:
 
 class Batch:
     """A llama_batch of `rows` sequences (seq ids 0..rows-1) and `length` tokens each, logits asked for
-    the last token of every sequence: fill() sets its tokens and positions before a llama_decode."""
+    the last token of every sequence (`every`: of every token): fill() sets its tokens and positions
+    before a llama_decode."""
 
-    def __init__(self, ll, rows: int, length: int) -> None:
+    def __init__(self, ll, rows: int, length: int, *, every: bool = False) -> None:
         self.ll = ll
         self.rows, self.length = rows, length
         size = rows * length
@@ -47,7 +51,7 @@ class Batch:
         self.positions = np.ctypeslib.as_array(self.batch.pos, shape=(size,))
         np.ctypeslib.as_array(self.batch.n_seq_id, shape=(size,))[:] = 1
         outputs = np.ctypeslib.as_array(self.batch.logits, shape=(rows, length))
-        outputs[:] = 0
+        outputs[:] = 1 if every else 0
         outputs[:, -1] = 1
         for i in range(size):
             self.batch.seq_id[i][0] = i // length
@@ -105,7 +109,22 @@ class Adapter:
     def _clear(self, context) -> None:
         self.ll.llama_memory_clear(self.ll.llama_get_memory(context), False)
 
+    def logits(self, row: list[int]) -> np.ndarray:
+        """The logits at every position of `row`, one llama_decode from an empty cache: (T, V)."""
+        context = self._context(1)
+        batch = Batch(self.ll, 1, len(row), every=True)
+        batch.fill(np.asarray([row], dtype=np.int32), 0)
+        self._clear(context)
+        status = self.ll.llama_decode(context, batch.batch)
+        if status != 0:
+            raise RuntimeError(f"llama_decode returned {status}")
+        logits = np.ctypeslib.as_array(self.ll.llama_get_logits(context), shape=(len(row), self.vocab))
+        return logits.copy()  # the context's buffer, overwritten by the next decode
+
     def prepare(self, kind: str, **args) -> Call:
+        if kind == "logits":
+            rows = args["rows"]
+            return Call(lambda: np.concatenate([self.logits(row) for row in rows]))
         ids = np.asarray(args["ids"], dtype=np.int32)  # (B, T)
         rows, length = ids.shape
         context = self._context(rows)

@@ -51,4 +51,14 @@ class Adapter:
         if kind in ("generate", "seq2seq"):
             ids, new = args["ids"], args["new"]
             return Call(lambda: greedy_tokens(self.model, ids, new))
+        if kind == "logits":
+            rows = args["rows"]
+
+            def run():
+                with torch.inference_mode():
+                    return torch.cat(
+                        [self.model(input_ids=torch.tensor([row])).logits[0] for row in rows]
+                    ).numpy()  # (sum T, V)
+
+            return Call(run)
         raise ValueError(f"the PyTorch adapter has no {kind!r} workload")

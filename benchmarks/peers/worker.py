@@ -9,7 +9,7 @@ orchestrator (benchmarks/peers/run.py) writes one JSON object per line on stdin 
     {"op": "prepare", "key": K, "kind": "embed", "args": {...}} -> {"ok": true}
     {"op": "time", "key": K, "inner": N}                      -> {"ok": true, "ms": per-call ms}
     {"op": "output", "key": K, "path": P}                     -> {"ok": true, "output": ...}
-    (the call's last result: generated tokens, or embeddings saved to P as .npy)
+    (the call's last result: generated tokens, or embeddings or logits saved to P as .npy)
     {"op": "quit"}
 
 A prepared call either returns None (the worker times it) or times itself and returns milliseconds (a

@@ -178,12 +178,13 @@ def seq2seq_tools(models: dict) -> list[Tool]:
 TOOLS = {"encoder": encoder_tools, "decoder": decoder_tools, "seq2seq": seq2seq_tools}
 
 # What each adapter can run (the worker says so too, but the orchestrator skips what a tool has no kind for).
+# "logits": the quality comparison's teacher-forced logits at every position of each row (quality.py).
 KINDS = {
-    "ours": {"embed", "prefill", "decode", "generate", "seq2seq"},
-    "torch": {"embed", "prefill", "decode", "generate", "seq2seq"},
+    "ours": {"embed", "prefill", "decode", "generate", "seq2seq", "logits"},
+    "torch": {"embed", "prefill", "decode", "generate", "seq2seq", "logits"},
     "optimum": {"embed", "seq2seq"},
-    "genai": {"prefill", "decode", "generate"},
-    "llamacpp": {"prefill", "decode", "generate"},
+    "genai": {"prefill", "decode", "generate", "logits"},
+    "llamacpp": {"prefill", "decode", "generate", "logits"},
 }
 
 
