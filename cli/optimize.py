@@ -75,9 +75,10 @@ def optimize_command(
     int8, with --int4 4-bit blocks. The result is compared with the original on the export's golden inputs
     (fp32 must stay within the golden tolerance, int8 must keep a cosine of 0.99 to PyTorch). A quantized
     model must pass the quality gate against the fp32 export on held-out text (next-token KL divergence,
-    top-1 agreement and perplexity change; an encoder's embedding cosine): where it misses, the output
-    head, the FFN output projections and the first and last blocks are kept in float32 in turn, and if it
-    still misses nothing is written. The task scores of the built-in tasks are measured with the heads the
+    top-1 agreement and perplexity change; an encoder's embedding cosine): where it misses, more of it is
+    kept at a higher precision in turn (int8: the FFN output projections, the output head; int4: the head in
+    8 bits, the FFN output projections, the first and last blocks), and if it still misses nothing is
+    written. The task scores of the built-in tasks are measured with the heads the
     export has, and all of it is recorded in manifest.json (extra.optimization). The runtime loads the
     new folder like any export. OUT may be FOLDER (rewritten in place); another existing model export is
     replaced only with --overwrite."""
@@ -120,8 +121,8 @@ def optimize_command(
             f"{min(agreement['min_cosine'].values()):.5f}",
         )
     console.print(table)
-    if record.get("kept_fp32", "nothing") != "nothing":
-        console.print(f"kept in float32 to pass the quality bars: {record['kept_fp32']}")
+    if record.get("kept", "nothing") != "nothing":
+        console.print(f"kept in float32 to pass the quality bars: {record['kept']}")
     gate_record = record.get("gate", {})
     if "figures" in gate_record:
         figures = ", ".join(f"{name} {value:.4g}" for name, value in gate_record["figures"].items())

@@ -109,7 +109,7 @@ def _result() -> dict:
             "rows": 256,
             "positions": 2184,
             "reference": "ours:export",
-            "gates": {"ours:int4": {"passed": True, "kept_fp32": "nothing", "figures": {}}},
+            "gates": {"ours:int4": {"passed": True, "kept": "nothing", "figures": {}}},
             "tools": {
                 "ours:int4": tool("int4", 4e-4, 0.9556, 0.0017),
                 "ours:export": tool("fp32", 0.0, 1.0, 0.0),

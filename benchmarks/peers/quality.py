@@ -156,7 +156,7 @@ def _gates(models: dict) -> dict:
             gates[f"ours:{name}"] = {
                 "passed": gate.get("passed"),
                 "figures": gate.get("figures"),
-                "kept_fp32": optimization.get("kept_fp32"),
+                "kept": optimization.get("kept"),
             }
     return gates
 

@@ -180,7 +180,7 @@ def print_quality(console, result: dict) -> None:
         console.print(f"[yellow]quality: {uniform}[/yellow]")
     for name, gate in quality.get("gates", {}).items():
         verdict = "passed" if gate["passed"] else "[red]missed[/red]"
-        console.print(f"{name}: our quality gate {verdict} when built, float32 kept: {gate['kept_fp32']}")
+        console.print(f"{name}: our quality gate {verdict} when built, float32 kept: {gate['kept']}")
     if quality.get("error"):
         console.print(f"[red]quality: {quality['error']}[/red]")
 

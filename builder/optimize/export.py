@@ -25,9 +25,10 @@ stay within the goldens' tolerance of the PyTorch outputs stored there, or `Pari
 nothing is written. A quantized export must pass the quality gate (gate.py: next-token KL, top-1 agreement
 and perplexity against the fp32 export on held-out text; an encoder's embedding cosine), and int8 must
 also keep the cosine similarity of its main output to PyTorch at or above `min_cosine`. A miss is tried
-again with more MatMuls in float32 (quantize.LADDERS: the FFN output projections, the head, the first and
-last blocks); a miss on every rung raises `QualityError` and nothing is written. Task metrics on the
-built-in held-out data (`quality.task_metrics`) are recorded next to the original's.
+again with more MatMuls at a higher precision (quantize.LADDERS: int8 keeps the FFN output projections and
+the head in float32; int4 takes the head in 8 bits, then keeps the FFN output projections and the first and
+last blocks in float32); a miss on every rung raises `QualityError` and nothing is written. Task metrics
+on the built-in held-out data (`quality.task_metrics`) are recorded next to the original's.
 
 Files keep their roles and names; their sha256 and size are recomputed; everything else (tokenizer,
 attention-weights graph, blocks, goldens) is copied. `manifest.extra["optimization"]` records the fused
@@ -152,10 +153,11 @@ def quantize_graph(
     if not keep.head:
         untie_head(model)
     names = _kept_names(model, keep, config)
+    heads = _kept_names(model, Keep(head=True), config) if keep.head_8bit else []
     with _quiet_ort_tools():
         if quantize == "int8":
             return quantize_int8(model, keep=names)
-        return quantize_int4(model, keep=names, block_size=block_size)
+        return quantize_int4(model, keep=names, block_size=block_size, eight_bit=heads)
 
 
 def _kept_names(model: onnx.ModelProto, keep: Keep, config: dict[str, Any]) -> list[str]:
@@ -249,7 +251,7 @@ def optimize_export(
     the plain export's past in, past + new out (for transformers.js; every onnxformer host runs both).
 
     A quantized export must pass the quality gate (gate.py) on `eval_text` (a text file; by default the
-    built-in grammar's held-out sentences): if it misses, more MatMuls are kept in float32
+    built-in grammar's held-out sentences): if it misses, more MatMuls are kept at a higher precision
     (quantize.LADDERS) and it is measured again; when the last try misses too, `QualityError` is raised
     and nothing is written. `gate=False` skips it (for random weights, which no gate can judge) and
     says so in the manifest."""
@@ -367,11 +369,12 @@ def _quantize_with_gate(
         untie_head(model)  # as quantize_graph sees the graph, to name the MatMuls each rung keeps
     heads = [name for model in untied.values() for name in _kept_names(model, Keep(head=True), config)]
     for keep in LADDERS[quantize]:
-        rung = tuple(tuple(_kept_names(model, keep, config)) for model in untied.values())
+        kept = [tuple(_kept_names(model, keep, config)) for model in untied.values()]
+        rung = (keep.head_8bit and bool(heads), *kept)
         if rung in seen:  # this rung keeps nothing more (an encoder has no head): nothing new to measure
             continue
         every = [{node.name for node in weight_matmuls(model)} for model in untied.values()]
-        if all(set(names) >= whole for names, whole in zip(rung, every, strict=True)):
+        if all(set(names) >= whole for names, whole in zip(kept, every, strict=True)):
             break  # it would keep every MatMul in float32 (a model of two blocks): nothing left to quantize
         seen.add(rung)
         kept_words = keep.describe(has_head=bool(heads))
@@ -387,16 +390,16 @@ def _quantize_with_gate(
             for role, output in main_outputs.items()
         }
         low = {path: value for path, value in cosines.items() if quantize == "int8" and value < min_cosine}
-        attempt: dict[str, Any] = {"kept_fp32": kept_words, "min_cosine_to_pytorch": cosines}
+        attempt: dict[str, Any] = {"kept": kept_words, "min_cosine_to_pytorch": cosines}
         result: GateResult | None = None
         if not low and gate:
             result = measure_gate(source, quantize, optimized, manifest, eval_text)
             attempt["gate"] = result.as_dict()
         tried.append(attempt)
         if not low and (result is None or result.passed):
-            logger.info("%s passes with %s kept in float32", quantize, kept_words)
+            logger.info("%s passes with %s kept at a higher precision", quantize, kept_words)
             details: dict[str, Any] = {
-                "kept_fp32": kept_words,
+                "kept": kept_words,
                 # graphs whose FFN output projections stayed float32 (the int8 record's older key)
                 "int8_fp32_ffn_output": list(fused) if keep.ffn_output else [],
                 "tries": tried,
@@ -405,7 +408,7 @@ def _quantize_with_gate(
                 details["int4"] = {"bits": 4, "block_size": block_size, "accuracy_level": ACCURACY_LEVEL}
             details["gate"] = result.as_dict() if result else {"skipped": "optimize --no-gate"}
             return optimized, agreement, details
-        logger.info("%s with %s kept in float32 missed; trying the next rung", quantize, kept_words)
+        logger.info("%s with %s kept back missed; trying the next rung", quantize, kept_words)
     raise QualityError(_missed(quantize, tried, min_cosine))
 
 
@@ -415,7 +418,7 @@ def _missed(quantize: str, tried: list[dict[str, Any]], min_cosine: float) -> st
     if "gate" not in last:
         worst = min(last["min_cosine_to_pytorch"].items(), key=lambda item: item[1])
         return (
-            f"{quantize} changes {worst[0]} too much even with {last['kept_fp32']} kept in float32 (cosine "
+            f"{quantize} changes {worst[0]} too much even with {last['kept']} (cosine "
             f"{worst[1]:.4f} to PyTorch < {min_cosine}); keep this model unquantized; nothing was written"
         )
     gate = last["gate"]
@@ -426,7 +429,7 @@ def _missed(quantize: str, tried: list[dict[str, Any]], min_cosine: float) -> st
             "gated); nothing was written"
         )
     return (
-        f"{quantize} misses the quality gate on {gate['text']} even with {last['kept_fp32']} kept in float32 "
+        f"{quantize} misses the quality gate on {gate['text']} even with {last['kept']} "
         f"({'; '.join(gate['misses'])}); use a higher precision (--int8, or none), or measure on text "
         "closer to what the model will see (--eval-text); nothing was written"
     )

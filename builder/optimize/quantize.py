@@ -35,10 +35,12 @@ class Keep:
     ffn_output: bool = False
     head: bool = False
     edge_blocks: bool = False  # the first and the last block
+    head_8bit: bool = False  # int4: the output head in 8-bit blocks instead of 4-bit ones
 
     def describe(self, *, has_head: bool = True) -> str:
-        """What stays float32, in words (`has_head=False`: the model has no output head to keep)."""
-        parts = [
+        """What stays at a higher precision, in words (`has_head=False`: the model has no output head)."""
+        eight = ["the output head in 8 bits"] if self.head_8bit and has_head else []
+        fp32 = [
             name
             for name, kept in (
                 ("the output head", self.head and has_head),
@@ -47,6 +49,7 @@ class Keep:
             )
             if kept
         ]
+        parts = eight + ([f"{', '.join(fp32)} in float32"] if fp32 else [])
         return ", ".join(parts) if parts else "nothing"
 
 
@@ -55,9 +58,9 @@ LADDERS = {
     "int8": (Keep(), Keep(ffn_output=True), Keep(ffn_output=True, head=True)),
     "int4": (
         Keep(),
-        Keep(head=True),
-        Keep(head=True, ffn_output=True),
-        Keep(head=True, ffn_output=True, edge_blocks=True),
+        Keep(head_8bit=True),
+        Keep(head_8bit=True, ffn_output=True),
+        Keep(head_8bit=True, ffn_output=True, edge_blocks=True),
     ),
 }
 
@@ -153,18 +156,36 @@ def quantize_int8(model: onnx.ModelProto, *, keep: list[str]) -> onnx.ModelProto
         return onnx.load(out)
 
 
-def quantize_int4(model: onnx.ModelProto, *, keep: list[str], block_size: int) -> onnx.ModelProto:
-    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
-
+def quantize_int4(
+    model: onnx.ModelProto, *, keep: list[str], block_size: int, eight_bit: list[str] | None = None
+) -> onnx.ModelProto:
+    """4-bit blocks for every MatMul with constant weights but those in `keep` (float32) and in
+    `eight_bit` (8-bit blocks: the head, when 4 bits move the next-token distribution too far)."""
     if block_size not in BLOCK_SIZES:
         raise ExportError(f"block size must be one of {BLOCK_SIZES}, got {block_size}")
+    eight_bit = eight_bit or []
+    model = _nbits(model, bits=4, block_size=block_size, exclude=keep + eight_bit)
+    return _nbits(model, bits=8, block_size=block_size, include=eight_bit) if eight_bit else model
+
+
+def _nbits(
+    model: onnx.ModelProto,
+    *,
+    bits: int,
+    block_size: int,
+    exclude: list[str] | None = None,
+    include: list[str] | None = None,
+) -> onnx.ModelProto:
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
     quantizer = MatMulNBitsQuantizer(
         model,
-        bits=4,
+        bits=bits,
         block_size=block_size,
         is_symmetric=False,  # a zero point per block: closer on weights that are not centred
         accuracy_level=ACCURACY_LEVEL,
-        nodes_to_exclude=keep,
+        nodes_to_exclude=exclude,
+        nodes_to_include=include,
         op_types_to_quantize=("MatMul",),
     )
     quantizer.process()
