@@ -51,19 +51,8 @@ def _save_tokenizer(folder: Path, tok, roles: dict) -> None:
 def llama(out: Path, corpus: str) -> None:
     import torch
     import transformers
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=32000,
-        special_tokens=["<unk>", "<s>", "</s>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(_texts(corpus), trainer=trainer)
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    tok = _bpe_tokenizer(_texts(corpus))
     config = transformers.LlamaConfig(
         vocab_size=32000,
         hidden_size=512,
