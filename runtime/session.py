@@ -18,7 +18,10 @@ Session settings (measurements in benchmarks/README.md):
   same cores (and `threads=10**6` once took minutes and 6 GB to start), so it is refused (`check_threads`);
 - on CPU the SkipLayerNormalization fusion is turned off: ONNX Runtime's CPU kernel for it ran 6x slower
   than the Add + LayerNormalization it replaces (7.8 ms against 1.3 ms on a 32x128x384 batch, one thread,
-  onnxruntime 1.32, AVX-512), which cost ~8 % of a BERT forward. CUDA keeps the fusion.
+  onnxruntime 1.32, AVX-512), which cost ~8 % of a BERT forward. CUDA keeps the fusion. Graphs from
+  `onnxformer optimize` write those Adds as Sum nodes, which the fusion does not match, so they need
+  nothing from the session (the hosts that cannot turn a fusion off open them too); the setting is for
+  every other graph.
 """
 
 import logging

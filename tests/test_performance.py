@@ -66,7 +66,11 @@ def test_every_attention_and_norm_is_fused(optimized, family: str) -> None:
     packed = {"bert": layers, "gpt": 0, "t5": 2 * layers + 1}
     assert counts["Split"] == packed[family]
     # Residual add + LayerNorm stay two ops: ONNX Runtime's CPU SkipLayerNormalization is the slower one.
+    # The adds before a LayerNorm are Sum nodes, which the session's fusion leaves alone (see below).
     assert counts["SkipLayerNormalization"] == 0
+    # Post-norm BERT: two a layer and the embeddings'; pre-norm GPT and T5: the one before each final norm.
+    sums = {"bert": 2 * layers + 1, "gpt": 1, "t5": 2}
+    assert counts["Sum"] == sums[family]
     gelus = {"bert": layers + 1, "gpt": layers, "t5": 0}  # BERT's MLM transform has one more
     assert counts["BiasGelu"] == gelus[family]
     record = json.loads((optimized[(family, "fused")] / "manifest.json").read_text())["extra"]["optimization"]
@@ -162,6 +166,34 @@ def test_optimize_command(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     record = json.loads(result.output)
     assert record["fused_ops"]["encoder.onnx"]["MultiHeadAttention"] == _config("bert")["n_layers"]
+
+
+def test_a_plain_session_keeps_the_fast_norm_kernels(optimized, tmp_path: Path) -> None:
+    """Node, C and the browser open the graph with ONNX Runtime's defaults (they cannot turn its fusions
+    off): the fused BERT graph's residual sums must come out of that session as Sum + LayerNormalization,
+    not as the slower SkipLayerNormalization."""
+    import onnxruntime
+
+    def session_ops(graph: Path) -> Counter:
+        options = onnxruntime.SessionOptions()
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.optimized_model_filepath = str(graph.with_suffix(".session.onnx"))
+        options.log_severity_level = 3
+        onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+        return _ops(graph.with_suffix(".session.onnx"))
+
+    fused = tmp_path / "encoder.onnx"
+    shutil.copy(optimized[("bert", "fused")] / "encoder.onnx", fused)
+    ops = session_ops(fused)
+    assert ops["SkipLayerNormalization"] == 0, ops
+    assert ops["Sum"] == 2 * _config("bert")["n_layers"] + 1, ops  # each still before its LayerNorm
+    # The two-term sums turned back into Adds: the session fuses those into SkipLayerNormalization.
+    with_adds = onnx.load(fused)
+    for node in with_adds.graph.node:
+        if node.op_type == "Sum" and len(node.input) == 2:
+            node.op_type = "Add"
+    onnx.save(with_adds, tmp_path / "with_adds.onnx")
+    assert session_ops(tmp_path / "with_adds.onnx")["SkipLayerNormalization"] > 0
 
 
 def test_session_options(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -53,7 +53,7 @@ import onnx
 from onnxformer.builder.export.folder import write_export_folder
 from onnxformer.builder.export.recipes import recipe_for
 from onnxformer.builder.optimize.cache import BUFFER_AXIS, in_place_cache, pack_cached_qkv
-from onnxformer.builder.optimize.fusion import fuse_attention, pack_qkv, pack_sibling_matmuls
+from onnxformer.builder.optimize.fusion import fuse_attention, pack_qkv, pack_sibling_matmuls, residual_sums
 from onnxformer.builder.optimize.gate import GateResult, QualityError, measure_gate, read_eval_text
 from onnxformer.builder.optimize.onnx_graph import share_input_shapes
 from onnxformer.builder.optimize.quality import Agreement, compare_graphs, task_metrics
@@ -134,6 +134,7 @@ def optimize_graph(
         _import_ms_domain(model)
         packed = pack_qkv(model) + pack_cached_qkv(model) + pack_sibling_matmuls(model)
         logger.info("packed %d sets of MatMuls on the same input into one MatMul each", packed)
+        logger.info("%d residual sums before a LayerNorm are Sum nodes", residual_sums(model))
     return model
 
 

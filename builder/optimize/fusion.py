@@ -378,3 +378,39 @@ def pack_sibling_matmuls(model: onnx.ModelProto) -> int:
         sort_topologically(model.graph)
         remove_dead_nodes(model.graph)
     return packed
+
+
+def residual_sums(model: onnx.ModelProto) -> int:
+    """Every residual Add whose only reader is a LayerNormalization becomes a `Sum`, with the bias Add of
+    the projection before it folded in: LayerNorm(x + (h + b)) reads LayerNorm(Sum(h, b, x)).
+
+    ONNX Runtime's session fuses Add + LayerNormalization into SkipLayerNormalization, and that CPU kernel
+    is the slow one (ORT 1.32, one thread, a (32, 128, 384) batch: 6.9 ms a node, where LayerNormalization
+    takes 0.8 and the three-term Sum 1.5). The fusion matches Add nodes only, so a Sum keeps the two fast
+    kernels on every host. A post-norm encoder (BERT, MiniLM) has two such sums a layer; a pre-norm decoder
+    has one, before its final norm. On CUDA, where the fused kernel is the faster one, this costs a second
+    elementwise kernel per norm. Returns how many Adds became Sums."""
+    g = GraphView(model.graph)
+    rewritten = 0
+    folded: list[onnx.NodeProto] = []
+    for norm in [node for node in g.graph.node if node.op_type == "LayerNormalization"]:
+        add = g.node(norm.input[0], "Add")
+        if add is None or g.only_consumer(add.output[0], "LayerNormalization") is None:
+            continue
+        terms = list(add.input)
+        for position, term in enumerate(terms):
+            bias_add = g.node(term, "Add")
+            if bias_add is None or g.only_consumer(term, "Add") is None:
+                continue
+            biases = [g.constant(name) for name in bias_add.input]
+            if any(value is not None and value.ndim == 1 for value in biases):
+                terms[position : position + 1] = list(bias_add.input)
+                folded.append(bias_add)
+                break
+        add.op_type = "Sum"
+        del add.input[:]
+        add.input.extend(terms)
+        rewritten += 1
+    for node in folded:
+        g.graph.node.remove(node)
+    return rewritten
