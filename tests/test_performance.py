@@ -10,10 +10,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from onnx import helper
 from typer.testing import CliRunner
 
 from onnxformer.builder.optimize import optimize_export, optimize_graph
 from onnxformer.builder.optimize.export import quantize_graph
+from onnxformer.builder.optimize.onnx_graph import graph_ops
 from onnxformer.builder.optimize.quantize import Keep
 from onnxformer.runtime.errors import ExportError
 from onnxformer.runtime.folder import ExportFolder
@@ -39,7 +41,7 @@ def optimized(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str],
 
 
 def _ops(path: Path) -> Counter:
-    return Counter(node.op_type for node in onnx.load(path).graph.node)
+    return graph_ops(onnx.load(path).graph)  # an attention under the unmasked fast path's If counts once
 
 
 def _config(family: str) -> dict:
@@ -166,6 +168,31 @@ def test_optimize_command(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     record = json.loads(result.output)
     assert record["fused_ops"]["encoder.onnx"]["MultiHeadAttention"] == _config("bert")["n_layers"]
+
+
+@pytest.mark.parametrize("variant", ["fused", "int8"])
+def test_a_batch_without_padding_takes_the_unmasked_attention(optimized, variant: str) -> None:
+    """BERT's attentions run under an If: no mask when the batch has no padding (ONNX Runtime's flash
+    path), the masked kernel otherwise. Both branches must give the original graph's outputs."""
+    graph = onnx.load(optimized[("bert", variant)] / "encoder.onnx")
+    ifs = [node for node in graph.graph.node if node.op_type == "If"]
+    assert len(ifs) == _config("bert")["n_layers"]
+    for node in ifs:
+        branches = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        (flash,), (masked,) = branches["then_branch"].node, branches["else_branch"].node
+        assert flash.op_type == masked.op_type == "MultiHeadAttention"
+        assert len(flash.input) == 4 and masked.input[5], "the flash branch must take no attention_bias"
+    original = create_session((EXPORTED / "bert" / "encoder.onnx").read_bytes(), device="cpu")
+    fused = create_session(graph.SerializeToString(), device="cpu")
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, _config("bert")["vocab_size"], size=(3, 9))
+    tolerance = {"fused": 1e-5, "int8": 0.5}[variant]  # int8: its own activation quantization
+    for mask in (np.ones_like(ids), np.array([[1] * 9, [1] * 4 + [0] * 5, [1] * 7 + [0] * 2])):
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        (want,) = original.run(feeds, ["last_hidden_state"])
+        (got,) = fused.run(feeds, ["last_hidden_state"])
+        real = mask.astype(bool)
+        np.testing.assert_allclose(got[real], want[real], atol=tolerance)
 
 
 def test_a_plain_session_keeps_the_fast_norm_kernels(optimized, tmp_path: Path) -> None:

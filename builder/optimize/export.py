@@ -44,7 +44,6 @@ import inspect
 import io
 import logging
 import os
-from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
@@ -53,9 +52,15 @@ import onnx
 from onnxformer.builder.export.folder import write_export_folder
 from onnxformer.builder.export.recipes import recipe_for
 from onnxformer.builder.optimize.cache import BUFFER_AXIS, in_place_cache, pack_cached_qkv
-from onnxformer.builder.optimize.fusion import fuse_attention, pack_qkv, pack_sibling_matmuls, residual_sums
+from onnxformer.builder.optimize.fusion import (
+    fuse_attention,
+    pack_qkv,
+    pack_sibling_matmuls,
+    residual_sums,
+    unmasked_fast_path,
+)
 from onnxformer.builder.optimize.gate import GateResult, QualityError, measure_gate, read_eval_text
-from onnxformer.builder.optimize.onnx_graph import share_input_shapes
+from onnxformer.builder.optimize.onnx_graph import graph_ops, share_input_shapes
 from onnxformer.builder.optimize.quality import Agreement, compare_graphs, task_metrics
 from onnxformer.builder.optimize.quantize import (
     ACCURACY_LEVEL,
@@ -135,6 +140,7 @@ def optimize_graph(
         packed = pack_qkv(model) + pack_cached_qkv(model) + pack_sibling_matmuls(model)
         logger.info("packed %d sets of MatMuls on the same input into one MatMul each", packed)
         logger.info("%d residual sums before a LayerNorm are Sum nodes", residual_sums(model))
+        logger.info("%d attentions skip the mask when it hides nothing", unmasked_fast_path(model))
     return model
 
 
@@ -168,8 +174,9 @@ def _kept_names(model: onnx.ModelProto, keep: Keep, config: dict[str, Any]) -> l
 
 
 def fused_counts(model: onnx.ModelProto) -> dict[str, int]:
-    """How many of each fused operator (FUSED_OPS) the graph holds."""
-    counts = Counter(node.op_type for node in model.graph.node)
+    """How many of each fused operator (FUSED_OPS) the graph holds; an attention under the If of
+    `unmasked_fast_path` (one attention, two branches) counts once."""
+    counts = graph_ops(model.graph)
     return {op: counts[op] for op in FUSED_OPS if counts[op]}
 
 

@@ -414,3 +414,56 @@ def residual_sums(model: onnx.ModelProto) -> int:
     for node in folded:
         g.graph.node.remove(node)
     return rewritten
+
+
+def unmasked_fast_path(model: onnx.ModelProto) -> int:
+    """Each self-attention MultiHeadAttention whose attention_bias is our mask alone (no position bias, no
+    cache) runs under an If: when the mask hides nothing (a batch without padding, one sentence), the same
+    attention without the bias; otherwise as before. ONNX Runtime's CPU kernel takes its flash-attention
+    path only when it has no mask of any kind, and that path is the faster one (MiniLM, one thread, the six
+    attentions of a 32x128 batch: 121 -> 82 ms; the whole model 4.98 -> 4.48 ms at 1x16). The branches
+    compute the same function: a bias of zeros changes nothing. Returns how many attentions got the If."""
+    g = GraphView(model.graph)
+    conditions: dict[str, str] = {}
+    wrapped = 0
+    for node in [n for n in g.graph.node if n.op_type == "MultiHeadAttention"]:
+        inputs = list(node.input)
+        if len(inputs) != 6 or not inputs[5] or inputs[4] or len(node.output) != 1:
+            continue  # a cache or a key_padding_mask: no flash path to take
+        split = g.node(inputs[0], "Split")
+        if split is None or any(g.producer.get(name) is not split for name in inputs[1:3]):
+            continue  # not one packed self-attention projection (cross-attention keys, T5's decoder)
+        expand = g.node(inputs[5], "Expand")
+        mask_bias = g.node(expand.input[0], "Where") if expand is not None else None
+        if mask_bias is None:
+            continue  # a position bias is added in: the bias is never all zeros
+        bias = mask_bias.output[0]
+        if bias not in conditions:
+            lowest, unmasked = g.fresh("lowest_bias"), g.fresh("unmasked")
+            g.graph.node.append(helper.make_node("ReduceMin", [bias], [lowest], name=lowest, keepdims=0))
+            zero = mask_bias.input[2]
+            g.graph.node.append(helper.make_node("Equal", [lowest, zero], [unmasked], name=unmasked))
+            conditions[bias] = unmasked
+        attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        branches = []
+        for hint, branch_inputs in (("flash", inputs[:4]), ("masked", inputs)):
+            out = g.fresh(f"{hint}_attention")
+            attention = helper.make_node(
+                "MultiHeadAttention", branch_inputs, [out], name=out, domain=MS_DOMAIN, **attributes
+            )
+            result = helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, None)
+            branches.append(helper.make_graph([attention], g.fresh(f"{hint}_branch"), [], [result]))
+        choice = helper.make_node(
+            "If",
+            [conditions[bias]],
+            list(node.output),
+            name=g.fresh("attention_if"),
+            then_branch=branches[0],
+            else_branch=branches[1],
+        )
+        g.graph.node.remove(node)
+        g.graph.node.append(choice)
+        wrapped += 1
+    if wrapped:
+        sort_topologically(model.graph)
+    return wrapped

@@ -1,7 +1,9 @@
 """Reading and editing an ONNX graph in place: who produces and who consumes each tensor, constant values,
 fresh names; dropping dead nodes, restoring topological order; and one rewrite that needs nothing else
-(`share_input_shapes`). Used by the fusions in `fusion.py`."""
+(`share_input_shapes`); counting the operators a graph runs (`graph_ops`). Used by the fusions in
+`fusion.py`."""
 
+from collections import Counter
 from collections.abc import Iterable
 from typing import TypeVar
 
@@ -151,3 +153,13 @@ def share_input_shapes(model: onnx.ModelProto) -> int:
             node.input[0] = canonical[node.input[0]]
             moved += 1
     return moved
+
+
+def graph_ops(graph: onnx.GraphProto) -> Counter:
+    """How many nodes of each operator `graph` runs: an If counts with its else branch, so that one
+    operator under an If of two variants of it counts once."""
+    counts = Counter(node.op_type for node in graph.node)
+    for node in graph.node:
+        if node.op_type == "If":
+            counts += graph_ops(next(a.g for a in node.attribute if a.name == "else_branch"))
+    return counts
