@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from onnxformer.builder.optimize import optimize_export, optimize_graph
 from onnxformer.builder.optimize.export import quantize_graph
-from onnxformer.builder.optimize.onnx_graph import graph_ops
+from onnxformer.builder.optimize.onnx_graph import graph_ops, remove_dead_nodes, sort_topologically
 from onnxformer.builder.optimize.quantize import Keep
 from onnxformer.runtime.errors import ExportError
 from onnxformer.runtime.folder import ExportFolder
@@ -63,9 +63,10 @@ def test_every_attention_and_norm_is_fused(optimized, family: str) -> None:
     in_place = {"bert": 0, "gpt": layers, "t5": 0}
     assert counts["MultiHeadAttention"] == attentions[family] - in_place[family]
     assert counts["GroupQueryAttention"] == in_place[family]
-    # One MatMul then a Split: q, k, v of each self-attention (GPT's go packed into GroupQueryAttention);
-    # T5's encoder also computes every decoder layer's cross keys and values from its output in one.
-    packed = {"bert": layers, "gpt": 0, "t5": 2 * layers + 1}
+    # One MatMul then a Split: q, k, v of each cached self-attention (T5's decoder; GPT's go packed into
+    # GroupQueryAttention); an uncached one (BERT's, T5's encoder's) keeps three MatMuls. T5's encoder also
+    # computes every decoder layer's cross keys and values from its output in one.
+    packed = {"bert": 0, "gpt": 0, "t5": layers + 1}
     assert counts["Split"] == packed[family]
     # Residual add + LayerNorm stay two ops: ONNX Runtime's CPU SkipLayerNormalization is the slower one.
     # The adds before a LayerNorm are Sum nodes, which the session's fusion leaves alone (see below).
@@ -193,6 +194,30 @@ def test_a_batch_without_padding_takes_the_unmasked_attention(optimized, variant
         (got,) = fused.run(feeds, ["last_hidden_state"])
         real = mask.astype(bool)
         np.testing.assert_allclose(got[real], want[real], atol=tolerance)
+
+
+def test_graph_edits_see_what_an_if_branch_reads() -> None:
+    """An If's branch reads names of the graph around it: sorting must put their producers first, and
+    dead-node removal must keep them."""
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])
+    inner = helper.make_tensor_value_info("inner", onnx.TensorProto.FLOAT, [2])
+    branch = helper.make_graph([helper.make_node("Neg", ["doubled"], ["inner"])], "branch", [], [inner])
+    nodes = [
+        helper.make_node("ReduceMin", ["x"], ["lowest"], keepdims=0),
+        helper.make_node("Greater", ["lowest", "zero"], ["flag"]),
+        helper.make_node("If", ["flag"], ["y"], then_branch=branch, else_branch=branch),
+        helper.make_node("Add", ["once", "x"], ["doubled"]),  # read only inside the branches
+        helper.make_node("Identity", ["x"], ["once"]),
+    ]
+    zero = onnx.numpy_helper.from_array(np.array(0.0, np.float32), "zero")
+    graph = helper.make_graph(nodes, "g", [x], [y], [zero])
+    sort_topologically(graph)
+    assert [node.op_type for node in graph.node] == ["ReduceMin", "Greater", "Identity", "Add", "If"]
+    remove_dead_nodes(graph)
+    assert [node.op_type for node in graph.node] == ["ReduceMin", "Greater", "Identity", "Add", "If"]
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    onnx.checker.check_model(model)
 
 
 def test_a_plain_session_keeps_the_fast_norm_kernels(optimized, tmp_path: Path) -> None:

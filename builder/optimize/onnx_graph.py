@@ -90,6 +90,18 @@ def axis_of(node: onnx.NodeProto) -> int | None:
     return next((attribute.i for attribute in node.attribute if attribute.name == "axis"), None)
 
 
+def reads(node: onnx.NodeProto) -> list[str]:
+    """The names `node` reads: its inputs, and what the graphs in its attributes (an If's branches) take
+    from the graph around them."""
+    names = [name for name in node.input if name]
+    for attribute in node.attribute:
+        for sub in [attribute.g] if attribute.HasField("g") else attribute.graphs:
+            inner = {init.name for init in sub.initializer} | {value.name for value in sub.input}
+            inner.update(out for child in sub.node for out in child.output)
+            names += [name for child in sub.node for name in reads(child) if name not in inner]
+    return names
+
+
 def remove_dead_nodes(graph: onnx.GraphProto) -> None:
     """Drop nodes none of whose outputs reach a graph output, and initializers nothing reads."""
     needed = {value.name for value in graph.output}
@@ -97,7 +109,7 @@ def remove_dead_nodes(graph: onnx.GraphProto) -> None:
     for node in reversed(graph.node):
         if any(out in needed for out in node.output):
             kept.append(node)
-            needed.update(name for name in node.input if name)
+            needed.update(reads(node))
     kept.reverse()
     del graph.node[:]
     graph.node.extend(kept)
@@ -107,14 +119,15 @@ def remove_dead_nodes(graph: onnx.GraphProto) -> None:
 
 
 def sort_topologically(graph: onnx.GraphProto) -> None:
-    """Order nodes so each comes after the producers of its inputs (stable for an already sorted graph)."""
+    """Order nodes so each comes after the producers of what it reads (`reads`: its inputs and its
+    branches' outer names); stable for an already sorted graph."""
     available = {init.name for init in graph.initializer} | {value.name for value in graph.input} | {""}
     pending = list(graph.node)
     ordered: list[onnx.NodeProto] = []
     while pending:
         progress = []
         for node in pending:
-            if all(name in available for name in node.input):
+            if all(name in available for name in reads(node)):
                 ordered.append(node)
                 available.update(node.output)
             else:
