@@ -12,7 +12,7 @@ from benchmarks.peers.envs import Env, WorkerError
 from benchmarks.peers.llamacpp import llama_bench_command, parse_llama_bench
 from benchmarks.peers.models import OUR_VARIANTS
 from benchmarks.peers.run import compare, targets, time_alternating
-from benchmarks.peers.workloads import Tool, decoder_tools
+from benchmarks.peers.workloads import FAMILY_ENVS, TOOLS, Tool, decoder_tools
 from onnxformer.runtime.errors import ConfigError
 
 
@@ -63,6 +63,21 @@ def test_a_missing_peer_environment_names_the_make_target(tmp_path: Path) -> Non
     env = Env(str(tmp_path / "no-such-venv"), ".installed", "genai-venv", "onnxruntime-genai")
     with pytest.raises(ConfigError, match=r"make genai-venv.*make peers-venvs"):
         env.check()
+
+
+class _AnyFolder(dict):
+    def __missing__(self, key: str) -> str:
+        return f"folder-{key}"
+
+
+def test_a_family_runs_only_in_the_environments_it_checks() -> None:
+    """`--family encoder` checks .venv and .venv-optimum only; each tool must run in one of those."""
+    models = {"source": "hf", **{key: _AnyFolder() for key in ("ours", "genai", "llamacpp")}}
+    models |= {"optimum": "optimum", "st_onnx": "st-onnx"}
+    for family, tools in TOOLS.items():
+        used = {tool.env for tool in tools(models)}
+        assert used <= set(FAMILY_ENVS[family]), (family, used)
+        assert "ours" in used
 
 
 def test_each_precision_is_compared_with_its_own_peers_int4_included() -> None:

@@ -28,7 +28,7 @@ from benchmarks.peers.checks import output_checks
 from benchmarks.peers.envs import ENVS, Worker, WorkerError, env_versions
 from benchmarks.peers.models import PREPARE, Builder, prepare_quality
 from benchmarks.peers.quality import measure_quality
-from benchmarks.peers.workloads import KINDS, TOOLS, WORKLOADS, Tool, Workload
+from benchmarks.peers.workloads import FAMILY_ENVS, KINDS, TOOLS, WORKLOADS, Tool, Workload
 from onnxformer.runtime.errors import ConfigError, OnnxformerError
 
 SCHEMA = 1
@@ -241,8 +241,9 @@ def run_peers(options: PeersOptions, *, progress: Progress | None = None) -> dic
     from benchmarks.machine import LoadMonitor, machine_facts
 
     say = progress or (lambda message: None)
-    for env in ENVS.values():
-        env.check()
+    used = [name for name in ENVS if any(name in FAMILY_ENVS[family] for family in options.families)]
+    for name in used:
+        ENVS[name].check()
     monitor = LoadMonitor().start()
     builder = Builder(options.work, fresh=options.fresh, progress=say)
     failures: list[dict] = []
@@ -288,7 +289,7 @@ def run_peers(options: PeersOptions, *, progress: Progress | None = None) -> dic
             "models": {family: str(models[family]["source"]) for family in options.families},
         },
         "environments": {
-            name: {"venv": env.venv, "packages": env_versions(env)} for name, env in ENVS.items()
+            name: {"venv": ENVS[name].venv, "packages": env_versions(ENVS[name])} for name in used
         },
         "tools": tools,
         "workloads": workloads,

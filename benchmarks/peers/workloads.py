@@ -177,6 +177,14 @@ def seq2seq_tools(models: dict) -> list[Tool]:
 
 TOOLS = {"encoder": encoder_tools, "decoder": decoder_tools, "seq2seq": seq2seq_tools}
 
+# The environments (envs.ENVS) each family builds its models and runs its tools in: `--family encoder` runs
+# without onnxruntime-genai's or llama.cpp's.
+FAMILY_ENVS = {
+    "encoder": ("ours", "optimum"),
+    "decoder": ("ours", "genai", "llamacpp"),
+    "seq2seq": ("ours", "optimum"),
+}
+
 # What each adapter can run (the worker says so too, but the orchestrator skips what a tool has no kind for).
 # "logits": the quality comparison's teacher-forced logits at every position of each row (quality.py).
 KINDS = {
