@@ -76,9 +76,9 @@ def optimize_command(
     (fp32 must stay within the golden tolerance, int8 must keep a cosine of 0.99 to PyTorch). A quantized
     model must pass the quality gate against the fp32 export on held-out text (next-token KL divergence,
     top-1 agreement and perplexity change; an encoder's embedding cosine): where it misses, more of it is
-    kept at a higher precision in turn (int8: the FFN output projections, the output head; int4: the head in
-    8 bits, the FFN output projections, the first and last blocks), and if it still misses nothing is
-    written. The task scores of the built-in tasks are measured with the heads the
+    kept at a higher precision in turn (int8: the FFN output projections in 8-bit blocks, then in float32,
+    then the output head; int4: the head in 8 bits, the FFN output projections, the first and last
+    blocks), and if it still misses nothing is written. The task scores of the built-in tasks are measured with the heads the
     export has, and all of it is recorded in manifest.json (extra.optimization). The runtime loads the
     new folder like any export. OUT may be FOLDER (rewritten in place); another existing model export is
     replaced only with --overwrite."""
@@ -122,7 +122,7 @@ def optimize_command(
         )
     console.print(table)
     if record.get("kept", "nothing") != "nothing":
-        console.print(f"kept in float32 to pass the quality bars: {record['kept']}")
+        console.print(f"kept at a higher precision to pass the quality bars: {record['kept']}")
     gate_record = record.get("gate", {})
     if "figures" in gate_record:
         figures = ", ".join(f"{name} {value:.4g}" for name, value in gate_record["figures"].items())

@@ -25,10 +25,11 @@ stay within the goldens' tolerance of the PyTorch outputs stored there, or `Pari
 nothing is written. A quantized export must pass the quality gate (gate.py: next-token KL, top-1 agreement
 and perplexity against the fp32 export on held-out text; an encoder's embedding cosine), and int8 must
 also keep the cosine similarity of its main output to PyTorch at or above `min_cosine`. A miss is tried
-again with more MatMuls at a higher precision (quantize.LADDERS: int8 keeps the FFN output projections and
-the head in float32; int4 takes the head in 8 bits, then keeps the FFN output projections and the first and
-last blocks in float32); a miss on every rung raises `QualityError` and nothing is written. Task metrics
-on the built-in held-out data (`quality.task_metrics`) are recorded next to the original's.
+again with more MatMuls at a higher precision (quantize.LADDERS: int8 takes the FFN output projections in
+8-bit blocks, then keeps them and the head in float32; int4 takes the head in 8 bits, then keeps the FFN
+output projections and the first and last blocks in float32); a miss on every rung raises `QualityError`
+and nothing is written. Task metrics on the built-in held-out data (`quality.task_metrics`) are recorded
+next to the original's.
 
 Files keep their roles and names; their sha256 and size are recomputed; everything else (tokenizer,
 attention-weights graph, blocks, goldens) is copied. `manifest.extra["optimization"]` records the fused
@@ -65,6 +66,7 @@ from onnxformer.builder.optimize.quality import Agreement, compare_graphs, task_
 from onnxformer.builder.optimize.quantize import (
     ACCURACY_LEVEL,
     DEFAULT_BLOCK_SIZE,
+    EIGHT_BIT_BLOCK_SIZE,
     LADDERS,
     NOTHING_KEPT,
     Keep,
@@ -161,9 +163,10 @@ def quantize_graph(
         untie_head(model)
     names = _kept_names(model, keep, config)
     heads = _kept_names(model, Keep(head=True), config) if keep.head_8bit else []
+    ffn_outputs = _kept_names(model, Keep(ffn_output=True), config) if keep.ffn_output_8bit else []
     with _quiet_ort_tools():
         if quantize == "int8":
-            return quantize_int8(model, keep=names)
+            return quantize_int8(model, keep=names, eight_bit=ffn_outputs)
         return quantize_int4(model, keep=names, block_size=block_size, eight_bit=heads)
 
 
@@ -378,7 +381,7 @@ def _quantize_with_gate(
     heads = [name for model in untied.values() for name in _kept_names(model, Keep(head=True), config)]
     for keep in LADDERS[quantize]:
         kept = [tuple(_kept_names(model, keep, config)) for model in untied.values()]
-        rung = (keep.head_8bit and bool(heads), *kept)
+        rung = (keep.head_8bit and bool(heads), keep.ffn_output_8bit, *kept)
         if rung in seen:  # this rung keeps nothing more (an encoder has no head): nothing new to measure
             continue
         every = [{node.name for node in weight_matmuls(model)} for model in untied.values()]
@@ -412,6 +415,14 @@ def _quantize_with_gate(
                 "int8_fp32_ffn_output": list(fused) if keep.ffn_output else [],
                 "tries": tried,
             }
+            if keep.ffn_output_8bit:
+                details["int8"] = {
+                    "ffn_output": {
+                        "bits": 8,
+                        "block_size": EIGHT_BIT_BLOCK_SIZE,
+                        "accuracy_level": ACCURACY_LEVEL,
+                    }
+                }
             if quantize == "int4":
                 details["int4"] = {"bits": 4, "block_size": block_size, "accuracy_level": ACCURACY_LEVEL}
             details["gate"] = result.as_dict() if result else {"skipped": "optimize --no-gate"}
