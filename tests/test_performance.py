@@ -48,6 +48,13 @@ def _config(family: str) -> dict:
     return json.loads((EXPORTED / family / "manifest.json").read_text())["config"]
 
 
+def _fused_bert() -> tuple[dict, onnx.ModelProto]:
+    """The committed BERT's config and its fused fp32 encoder graph."""
+    config = _config("bert")
+    graph = onnx.load(EXPORTED / "bert" / "encoder.onnx")
+    return config, optimize_graph(graph, num_heads=config["n_heads"], hidden_size=config["d_model"])
+
+
 @pytest.mark.parametrize("family", sorted(GRAPHS))
 def test_every_attention_and_norm_is_fused(optimized, family: str) -> None:
     config = _config(family)
@@ -283,12 +290,7 @@ def test_int8_that_misses_the_bar_keeps_the_ffn_outputs_fp32(tmp_path: Path, cap
     assert [caplog.text.find(rung) for rung in rungs] == sorted(caplog.text.find(rung) for rung in rungs)
     assert all(rung in caplog.text for rung in rungs), caplog.text
     assert not (tmp_path / "strict").exists()  # nothing written
-    config = _config("bert")
-    graph = optimize_graph(
-        onnx.load(EXPORTED / "bert" / "encoder.onnx"),
-        num_heads=config["n_heads"],
-        hidden_size=config["d_model"],
-    )
+    config, graph = _fused_bert()
     kept = quantize_graph(graph, "int8", keep=Keep(ffn_output=True), config=config)
     rows = {init.name: init.dims[0] for init in kept.graph.initializer if len(init.dims) == 2}
     float_rows = [rows.get(node.input[1]) for node in kept.graph.node if node.op_type == "MatMul"]
@@ -301,12 +303,7 @@ def test_int8_with_8bit_ffn_outputs_stays_close_to_fp32(tmp_path: Path) -> None:
     """The ladder's second int8 rung: each FFN output projection as 8-bit blocks (MatMulNBits, a scale and
     zero point per 128 weights), the rest dynamic int8; no float32 weight product is left, and it keeps the
     fp32 graph's outputs within the 0.99 cosine bar on the goldens' inputs, padding included."""
-    config = _config("bert")
-    graph = optimize_graph(
-        onnx.load(EXPORTED / "bert" / "encoder.onnx"),
-        num_heads=config["n_heads"],
-        hidden_size=config["d_model"],
-    )
+    config, graph = _fused_bert()
     quantized = quantize_graph(graph, "int8", keep=Keep(ffn_output_8bit=True), config=config)
     weights = {init.name for init in quantized.graph.initializer if len(init.dims) == 2}
     nbits = [node for node in quantized.graph.node if node.op_type == "MatMulNBits"]
