@@ -78,8 +78,9 @@ def optimize_command(
     top-1 agreement and perplexity change; an encoder's embedding cosine): where it misses, more of it is
     kept at a higher precision in turn (int8: the FFN output projections in 8-bit blocks, then in float32,
     then the output head; int4: the head in 8 bits, the FFN output projections, the first and last
-    blocks), and if it still misses nothing is written. The task scores of the built-in tasks are measured with the heads the
-    export has, and all of it is recorded in manifest.json (extra.optimization). The runtime loads the
+    blocks), and if it still misses nothing is written. The task scores of the built-in tasks are
+    measured with the heads the export has, and all of it is recorded in manifest.json
+    (extra.optimization). The runtime loads the
     new folder like any export. OUT may be FOLDER (rewritten in place); another existing model export is
     replaced only with --overwrite."""
     with user_errors(ctx):
