@@ -379,9 +379,10 @@ def _quantize_with_gate(
     for model in untied.values():
         untie_head(model)  # as quantize_graph sees the graph, to name the MatMuls each rung keeps
     heads = [name for model in untied.values() for name in _kept_names(model, Keep(head=True), config)]
+    ffn = [name for model in untied.values() for name in _kept_names(model, Keep(ffn_output=True), config)]
     for keep in LADDERS[quantize]:
         kept = [tuple(_kept_names(model, keep, config)) for model in untied.values()]
-        rung = (keep.head_8bit and bool(heads), keep.ffn_output_8bit, *kept)
+        rung = (keep.head_8bit and bool(heads), keep.ffn_output_8bit and bool(ffn), *kept)
         if rung in seen:  # this rung keeps nothing more (an encoder has no head): nothing new to measure
             continue
         every = [{node.name for node in weight_matmuls(model)} for model in untied.values()]
