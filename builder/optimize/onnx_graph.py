@@ -122,20 +122,19 @@ def sort_topologically(graph: onnx.GraphProto) -> None:
     """Order nodes so each comes after the producers of what it reads (`reads`: its inputs and its
     branches' outer names); stable for an already sorted graph."""
     available = {init.name for init in graph.initializer} | {value.name for value in graph.input} | {""}
-    pending = list(graph.node)
+    pending = [(node, reads(node)) for node in graph.node]  # each node's reads, walked once
     ordered: list[onnx.NodeProto] = []
     while pending:
         progress = []
-        for node in pending:
-            if all(name in available for name in reads(node)):
+        for node, names in pending:
+            if all(name in available for name in names):
                 ordered.append(node)
                 available.update(node.output)
             else:
-                progress.append(node)
+                progress.append((node, names))
         if len(progress) == len(pending):
-            raise ValueError(
-                f"graph has a cycle or a missing input at {progress[0].op_type} {progress[0].name}"
-            )
+            stuck = progress[0][0]
+            raise ValueError(f"graph has a cycle or a missing input at {stuck.op_type} {stuck.name}")
         pending = progress
     del graph.node[:]
     graph.node.extend(ordered)
