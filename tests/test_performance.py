@@ -299,7 +299,7 @@ def test_int8_that_misses_the_bar_keeps_the_ffn_outputs_fp32(tmp_path: Path, cap
     assert ops["MatMulInteger"] + ops["DynamicQuantizeMatMul"] > 0  # the rest is int8
 
 
-def test_int8_with_8bit_ffn_outputs_stays_close_to_fp32(tmp_path: Path) -> None:
+def test_int8_with_8bit_ffn_outputs_stays_close_to_fp32() -> None:
     """The ladder's second int8 rung: each FFN output projection as 8-bit blocks (MatMulNBits, a scale and
     zero point per 128 weights), the rest dynamic int8; no float32 weight product is left, and it keeps the
     fp32 graph's outputs within the 0.99 cosine bar on the goldens' inputs, padding included."""
